@@ -1,0 +1,191 @@
+"""The `headwater` command. Commands call the same services the routes call."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from headwater import migrations
+from headwater.config import get_settings
+from headwater.db import Database
+from headwater.identity import service as identity
+
+app = typer.Typer(help="Headwater data platform.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+companies_app = typer.Typer(help="Companies (customer organisations).", no_args_is_help=True)
+clients_app = typer.Typer(help="Ingestion clients.", no_args_is_help=True)
+credentials_app = typer.Typer(help="API credentials.", no_args_is_help=True)
+keys_app = typer.Typer(help="Token signing keys.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(companies_app, name="companies")
+app.add_typer(clients_app, name="clients")
+app.add_typer(credentials_app, name="credentials")
+app.add_typer(keys_app, name="keys")
+
+out = Console()
+
+
+def _print(data: object) -> None:
+    out.print_json(json.dumps(data, default=str))
+
+
+def _database() -> Database:
+    settings = get_settings()
+    migrations.upgrade(settings)
+    return Database(settings)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    workers: Annotated[int, typer.Option(help="API processes (production: one per core).")] = 1,
+) -> None:
+    """Run the API, the embedded identity provider and the background worker."""
+    import uvicorn
+
+    # Child processes read settings from the environment, so the address goes there.
+    os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
+    get_settings.cache_clear()
+    settings = get_settings()
+    migrations.upgrade(settings)
+    if workers > 1:
+        _multiprocess_metrics(settings.data_dir)
+    uvicorn.run(
+        "headwater.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        proxy_headers=False,
+    )
+
+
+def _multiprocess_metrics(data_dir: object) -> None:
+    import shutil
+    from pathlib import Path
+
+    directory = Path(str(data_dir)) / "prometheus"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(directory))
+
+
+@app.command("worker")
+def run_worker() -> None:
+    """Run only the background worker (production: separate from the API processes)."""
+    import asyncio
+
+    from headwater import worker
+    from headwater.runtime import build_runtime, start
+
+    runtime = build_runtime(get_settings())
+    start(runtime)
+    asyncio.run(worker.run_forever(runtime, asyncio.Event()))
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply migrations up to REVISION (default: the newest)."""
+    migrations.upgrade(get_settings(), revision)
+    out.print(f"database at {revision}")
+
+
+@companies_app.command("create")
+def companies_create(name: str) -> None:
+    """Register a company; prints it with its id."""
+    with _database().session() as session:
+        company = identity.create_company(session, name=name)
+        _print({"id": company.id, "name": company.name, "created_at": company.created_at})
+
+
+@clients_app.command("create")
+def clients_create(company_id: uuid.UUID, client_id: str, name: str) -> None:
+    """Register an ingestion client for a company."""
+    with _database().session() as session:
+        client = identity.create_client(
+            session, company_id=company_id, client_id=client_id, name=name
+        )
+        _print(
+            {
+                "client_id": client.client_id,
+                "company_id": client.company_id,
+                "name": client.name,
+                "created_at": client.created_at,
+            }
+        )
+
+
+@credentials_app.command("create")
+def credentials_create(
+    name: str,
+    scopes: Annotated[list[str], typer.Option("--scope", help="Repeat for each scope.")],
+    company_id: Annotated[uuid.UUID | None, typer.Option(help="Omit for an operator.")] = None,
+    client_ids: Annotated[list[str] | None, typer.Option("--client-id")] = None,
+) -> None:
+    """Issue an API credential. The secret is printed once and never again."""
+    with _database().session() as session:
+        issued = identity.create_credential(
+            session, company_id=company_id, name=name, scopes=scopes, client_ids=client_ids or []
+        )
+        c = issued.credential
+        _print(
+            {
+                "client_id": c.client_id,
+                "client_secret": issued.client_secret,
+                "author_id": c.author_id,
+                "company_id": c.company_id,
+                "scopes": c.scopes,
+                "client_ids": c.client_ids,
+                "created_at": c.created_at,
+            }
+        )
+
+
+@credentials_app.command("revoke")
+def credentials_revoke(client_id: str) -> None:
+    """Revoke a credential: it gets no new token."""
+    with _database().session() as session:
+        identity.revoke_credential(session, client_id)
+    out.print(f"revoked {client_id}")
+
+
+@keys_app.command("rotate")
+def keys_rotate() -> None:
+    """Add a new signing key; tokens signed by older keys keep verifying until removed."""
+    settings = get_settings()
+    with _database().session() as session:
+        key = identity.rotate_signing_key(session, passphrase=settings.signing_key_passphrase)
+    out.print(f"signing with {key.kid}")
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """Every key that verifies tokens, newest (the signing key) first."""
+    with _database().session() as session:
+        _print(
+            [
+                {"kid": k.kid, "algorithm": k.algorithm, "created_at": k.created_at}
+                for k in identity.list_signing_keys(session)
+            ]
+        )
+
+
+@keys_app.command("remove")
+def keys_remove(kid: str) -> None:
+    """Remove an old key: tokens it signed stop verifying."""
+    with _database().session() as session:
+        identity.remove_signing_key(session, kid)
+    out.print(f"removed {kid}")
+
+
+if __name__ == "__main__":
+    app()

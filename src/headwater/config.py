@@ -1,0 +1,107 @@
+"""Settings: the only place that reads the environment, and never at import time."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_CLAIM_MAP = {
+    "scope": "scope",
+    "company_id": "company_id",
+    "client_ids": "client_ids",
+    "author_id": "author_id",
+}
+
+
+class Settings(BaseSettings):
+    """Every setting, with its default. `HEADWATER_<NAME>` sets each one."""
+
+    model_config = SettingsConfigDict(env_prefix="HEADWATER_", extra="ignore", frozen=True)
+
+    data_dir: Path = Path("./headwater-data")
+    database_url: str | None = None
+    storage_url: str | None = None
+    redis_url: str | None = None
+
+    public_url: str = "http://127.0.0.1:8000"
+    audience: str = "headwater-api"
+    issuer: str | None = None
+    token_lifetime_seconds: int = Field(86400, ge=60, le=30 * 86400)
+    token_leeway_seconds: int = Field(60, ge=0, le=60)
+    signing_key_passphrase: str | None = None
+    bootstrap_client_id: str | None = None
+    bootstrap_client_secret: str | None = None
+
+    oidc_issuer: str | None = None
+    oidc_jwks_url: str | None = None
+    oidc_audience: str | None = None
+    oidc_algorithms: Annotated[list[str], NoDecode] = ["RS256", "ES256"]
+    oidc_claim_map: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_CLAIM_MAP))
+    embedded_idp: bool | None = None
+    jwks_min_refresh_seconds: float = Field(30.0, ge=0)
+    jwks_max_age_seconds: float = Field(600.0, gt=0)
+
+    max_body_bytes: int = Field(5 * 1024 * 1024, gt=0)
+    rate_limit_per_second: float = Field(100.0, gt=0)
+    rate_limit_burst: int = Field(200, gt=0)
+
+    auto_migrate: bool = True
+    worker_enabled: bool = True
+    worker_interval_seconds: float = Field(30.0, gt=0)
+    db_connect_timeout_seconds: int = Field(3, ge=1)
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_algorithms(cls, values: dict[str, object]) -> dict[str, object]:
+        raw = values.get("oidc_algorithms")
+        if isinstance(raw, str):
+            values["oidc_algorithms"] = [a.strip() for a in raw.split(",") if a.strip()]
+        return values
+
+    @model_validator(mode="after")
+    def _external_idp_is_whole(self) -> Settings:
+        given = [self.oidc_issuer, self.oidc_jwks_url, self.oidc_audience]
+        if any(given) and not all(given):
+            raise ValueError(
+                "external identity provider needs HEADWATER_OIDC_ISSUER, "
+                "HEADWATER_OIDC_JWKS_URL and HEADWATER_OIDC_AUDIENCE together"
+            )
+        return self
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The database URL SQLAlchemy uses: PostgreSQL through psycopg 3, else SQLite."""
+        if self.database_url:
+            url = self.database_url
+            for prefix in ("postgres://", "postgresql://"):
+                if url.startswith(prefix):
+                    return "postgresql+psycopg://" + url[len(prefix) :]
+            return url
+        return f"sqlite:///{(self.data_dir / 'headwater.db').resolve()}"
+
+    @property
+    def token_issuer(self) -> str:
+        """The `iss` of tokens the embedded identity provider signs."""
+        return (self.issuer or self.public_url).rstrip("/")
+
+    @property
+    def external_idp(self) -> bool:
+        return self.oidc_issuer is not None
+
+    @property
+    def embedded_idp_enabled(self) -> bool:
+        """The embedded provider runs unless an external one replaces it."""
+        if self.embedded_idp is not None:
+            return self.embedded_idp
+        return not self.external_idp
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

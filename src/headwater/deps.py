@@ -1,0 +1,81 @@
+"""FastAPI dependencies: the session, the calling principal, and one alias per scope."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request, Response, Security
+from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
+from fastapi.security import OAuth2, SecurityScopes
+from sqlalchemy.orm import Session
+
+from headwater.errors import InsufficientScope, MissingToken, RateLimited
+from headwater.identity.tokens import SCOPES, Principal
+from headwater.runtime import Runtime
+
+oauth2 = OAuth2(
+    flows=OAuthFlows(
+        clientCredentials=OAuthFlowClientCredentials(tokenUrl="/oauth/token", scopes=SCOPES)
+    ),
+    scheme_name="oauth2",
+    description=(
+        "OAuth 2.0 client credentials. `POST /oauth/token` with `client_id`, "
+        "`client_secret` and `audience`, then send `Authorization: Bearer <access_token>`."
+    ),
+    auto_error=False,
+)
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_session(runtime: RuntimeDep) -> Iterator[Session]:
+    """A session for one request. Services commit; anything uncommitted is rolled back."""
+    with runtime.db.session() as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+async def principal(
+    security_scopes: SecurityScopes,
+    request: Request,
+    response: Response,
+    authorization: Annotated[str | None, Depends(oauth2)],
+) -> Principal:
+    """Verify the bearer token (no database access), rate-limit its credential, check scopes."""
+    if not authorization:
+        raise MissingToken()
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise MissingToken()
+    runtime: Runtime = request.app.state.runtime
+    caller = await runtime.verifier.verify(token)
+    request.state.subject = caller.subject
+    decision = await runtime.limiter.hit("credential:" + caller.subject)
+    if not decision.allowed:
+        raise RateLimited(
+            f"Rate limit exceeded; retry in {decision.retry_after} s.", headers=decision.headers()
+        )
+    response.headers.update(decision.headers())
+    missing = [s for s in security_scopes.scopes if s not in caller.scopes]
+    if missing:
+        raise InsufficientScope(missing)
+    return caller
+
+
+Authenticated = Annotated[Principal, Security(principal)]
+Admin = Annotated[Principal, Security(principal, scopes=["admin"])]
+DataWrite = Annotated[Principal, Security(principal, scopes=["data:write"])]
+DataRead = Annotated[Principal, Security(principal, scopes=["data:read"])]
+WorkflowsRead = Annotated[Principal, Security(principal, scopes=["workflows:read"])]
+WorkflowsWrite = Annotated[Principal, Security(principal, scopes=["workflows:write"])]
+ActivitiesRead = Annotated[Principal, Security(principal, scopes=["activities:read"])]

@@ -1,0 +1,1 @@
+"""Companies, ingestion clients, API credentials, signing keys and tokens."""

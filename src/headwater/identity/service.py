@@ -1,0 +1,339 @@
+"""Identity use cases: companies, ingestion clients, credentials, signing keys, tokens."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from headwater.config import Settings
+from headwater.identity import keys as keyring
+from headwater.identity.errors import (
+    ClientExists,
+    ClientNotFound,
+    CompanyNotFound,
+    CredentialNotFound,
+    InvalidCredentialRequest,
+    OAuthError,
+    invalid_client,
+)
+from headwater.identity.models import Company, Credential, IngestionClient, SigningKey
+from headwater.identity.secrets import hash_secret, new_client_id, new_secret, verify_secret
+from headwater.identity.tokens import COMPANY_SCOPES, SCOPES, sign_token
+from headwater.kit.clock import utcnow
+from headwater.kit.pagination import PageParams, paginate
+
+# --- companies ---------------------------------------------------------------------------
+
+
+def create_company(session: Session, *, name: str) -> Company:
+    company = Company(id=uuid.uuid4(), name=name, created_at=utcnow())
+    session.add(company)
+    session.commit()
+    return company
+
+
+def get_company(session: Session, company_id: uuid.UUID) -> Company:
+    company = session.get(Company, company_id)
+    if company is None:
+        raise CompanyNotFound(f"No company has the id {company_id}.")
+    return company
+
+
+def list_companies(session: Session, *, params: PageParams) -> tuple[Sequence[Company], int]:
+    return paginate(session, select(Company), Company.created_at, Company.id, params=params)
+
+
+def revoke_company(session: Session, company_id: uuid.UUID) -> None:
+    """Revoke a company: none of its credentials can get a token any more."""
+    company = get_company(session, company_id)
+    company.revoked_at = company.revoked_at or utcnow()
+    session.commit()
+
+
+# --- ingestion clients -------------------------------------------------------------------
+
+
+def create_client(
+    session: Session, *, company_id: uuid.UUID, client_id: str, name: str
+) -> IngestionClient:
+    get_company(session, company_id)
+    if session.get(IngestionClient, client_id) is not None:
+        raise ClientExists(f"The ingestion client id {client_id!r} is taken.")
+    client = IngestionClient(
+        client_id=client_id, company_id=company_id, name=name, created_at=utcnow()
+    )
+    session.add(client)
+    try:
+        session.commit()
+    except IntegrityError:  # a concurrent create of the same id won
+        session.rollback()
+        raise ClientExists(f"The ingestion client id {client_id!r} is taken.") from None
+    return client
+
+
+def get_client(session: Session, *, company_id: uuid.UUID, client_id: str) -> IngestionClient:
+    client = session.get(IngestionClient, client_id)
+    if client is None or client.company_id != company_id:
+        raise ClientNotFound(f"Company {company_id} has no ingestion client {client_id!r}.")
+    return client
+
+
+def list_clients(
+    session: Session, *, company_id: uuid.UUID, params: PageParams
+) -> tuple[Sequence[IngestionClient], int]:
+    get_company(session, company_id)
+    query = select(IngestionClient).where(IngestionClient.company_id == company_id)
+    return paginate(
+        session, query, IngestionClient.created_at, IngestionClient.client_id, params=params
+    )
+
+
+def revoke_client(session: Session, *, company_id: uuid.UUID, client_id: str) -> None:
+    client = get_client(session, company_id=company_id, client_id=client_id)
+    client.revoked_at = client.revoked_at or utcnow()
+    session.commit()
+
+
+# --- credentials -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IssuedCredential:
+    """A credential just created, with the only copy of its secret."""
+
+    credential: Credential
+    client_secret: str
+
+
+def create_credential(
+    session: Session,
+    *,
+    company_id: uuid.UUID | None,
+    name: str,
+    scopes: Sequence[str],
+    client_ids: Sequence[str] = (),
+    client_id: str | None = None,
+    client_secret: str | None = None,
+) -> IssuedCredential:
+    """Create a company credential, or an operator one when `company_id` is None."""
+    allowed = COMPANY_SCOPES if company_id is not None else frozenset(SCOPES)
+    bad_scopes = sorted(set(scopes) - allowed)
+    if bad_scopes:
+        raise InvalidCredentialRequest(
+            f"Scopes not grantable to this credential: {', '.join(bad_scopes)}.",
+            errors=[
+                {"location": "body", "field": "/scopes", "message": f"not allowed: {s}"}
+                for s in bad_scopes
+            ],
+        )
+    if company_id is not None:
+        get_company(session, company_id)
+        _check_client_ids(session, company_id=company_id, client_ids=client_ids)
+    elif client_ids:
+        raise InvalidCredentialRequest("Operator credentials are not bound to ingestion clients.")
+    secret = client_secret or new_secret()
+    credential = Credential(
+        client_id=client_id or new_client_id(),
+        secret_hash=hash_secret(secret),
+        name=name,
+        company_id=company_id,
+        author_id=uuid.uuid4(),
+        scopes=sorted(set(scopes)),
+        client_ids=list(dict.fromkeys(client_ids)),
+        created_at=utcnow(),
+    )
+    session.add(credential)
+    session.commit()
+    return IssuedCredential(credential=credential, client_secret=secret)
+
+
+def _check_client_ids(
+    session: Session, *, company_id: uuid.UUID, client_ids: Sequence[str]
+) -> None:
+    if not client_ids:
+        return
+    found = set(
+        session.scalars(
+            select(IngestionClient.client_id).where(
+                IngestionClient.company_id == company_id,
+                IngestionClient.client_id.in_(client_ids),
+            )
+        )
+    )
+    missing = [c for c in client_ids if c not in found]
+    if missing:
+        raise InvalidCredentialRequest(
+            f"Company {company_id} has no ingestion client {', '.join(map(repr, missing))}.",
+            errors=[
+                {"location": "body", "field": "/client_ids", "message": f"unknown: {c}"}
+                for c in missing
+            ],
+        )
+
+
+def get_credential(
+    session: Session, client_id: str, *, company_id: uuid.UUID | None = None
+) -> Credential:
+    credential = session.get(Credential, client_id)
+    if credential is None or (company_id is not None and credential.company_id != company_id):
+        raise CredentialNotFound(f"No credential has the client id {client_id!r}.")
+    return credential
+
+
+def list_credentials(
+    session: Session, *, company_id: uuid.UUID, params: PageParams
+) -> tuple[Sequence[Credential], int]:
+    get_company(session, company_id)
+    query = select(Credential).where(Credential.company_id == company_id)
+    return paginate(session, query, Credential.created_at, Credential.client_id, params=params)
+
+
+def revoke_credential(session: Session, client_id: str) -> None:
+    credential = get_credential(session, client_id)
+    credential.revoked_at = credential.revoked_at or utcnow()
+    session.commit()
+
+
+def ensure_bootstrap_credential(session: Session, *, client_id: str, client_secret: str) -> None:
+    """Create the operator credential of HEADWATER_BOOTSTRAP_*, or reset it to that secret."""
+    credential = session.get(Credential, client_id)
+    if credential is None:
+        create_credential(
+            session,
+            company_id=None,
+            name="bootstrap operator",
+            scopes=["admin"],
+            client_id=client_id,
+            client_secret=client_secret,
+        )
+        return
+    if credential.company_id is not None:
+        raise InvalidCredentialRequest(
+            f"The bootstrap client id {client_id!r} belongs to a company credential."
+        )
+    if not verify_secret(credential.secret_hash, client_secret):
+        credential.secret_hash = hash_secret(client_secret)
+    credential.scopes = ["admin"]
+    credential.revoked_at = None
+    session.commit()
+
+
+# --- signing keys ------------------------------------------------------------------------
+
+
+def current_signing_key(session: Session, *, passphrase: str | None) -> SigningKey:
+    """The newest key, made on first use."""
+    key = session.scalars(
+        select(SigningKey).order_by(SigningKey.created_at.desc(), SigningKey.kid).limit(1)
+    ).first()
+    return key or rotate_signing_key(session, passphrase=passphrase)
+
+
+def rotate_signing_key(session: Session, *, passphrase: str | None) -> SigningKey:
+    """Add a new signing key; older keys keep verifying until removed."""
+    kid, pem, jwk = keyring.generate_rsa_key(passphrase)
+    key = SigningKey(
+        kid=kid,
+        algorithm=keyring.ALGORITHM,
+        private_key_pem=pem,
+        public_jwk=jwk,
+        created_at=utcnow(),
+    )
+    session.add(key)
+    session.commit()
+    return key
+
+
+def list_signing_keys(session: Session) -> Sequence[SigningKey]:
+    return session.scalars(select(SigningKey).order_by(SigningKey.created_at.desc())).all()
+
+
+def remove_signing_key(session: Session, kid: str) -> None:
+    """Remove a key: tokens it signed stop verifying. The newest key cannot be removed."""
+    keys = list_signing_keys(session)
+    if not any(k.kid == kid for k in keys):
+        raise InvalidCredentialRequest(f"No signing key has the kid {kid!r}.")
+    if keys[0].kid == kid:
+        raise InvalidCredentialRequest("The current signing key cannot be removed; rotate first.")
+    session.delete(next(k for k in keys if k.kid == kid))
+    session.commit()
+
+
+def jwks(session: Session) -> dict[str, Any]:
+    return {"keys": [k.public_jwk for k in list_signing_keys(session)]}
+
+
+def verification_keys(session: Session) -> dict[str, jwt.PyJWK]:
+    return keyring.public_keys(jwks(session), [keyring.ALGORITHM])
+
+
+# --- tokens ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenGrant:
+    access_token: str
+    expires_in: int
+    scope: str
+
+
+def issue_token(
+    session: Session,
+    settings: Settings,
+    *,
+    client_id: str,
+    client_secret: str,
+    audience: str,
+    scope: str | None,
+) -> TokenGrant:
+    """The client credentials grant: authenticate, check audience and scope, sign."""
+    credential = session.get(Credential, client_id)
+    ok = verify_secret(credential.secret_hash if credential else None, client_secret)
+    if credential is None or not ok or credential.revoked_at is not None:
+        raise invalid_client()
+    if credential.company_id is not None:
+        company = session.get(Company, credential.company_id)
+        if company is None or company.revoked_at is not None:
+            raise invalid_client()
+    if audience != settings.audience:
+        raise OAuthError(
+            "access_denied",
+            f"This client may not request tokens for audience {audience!r}.",
+            status=403,
+        )
+    granted = credential.scopes
+    if scope is not None:
+        asked = scope.split()
+        refused = sorted(set(asked) - set(granted))
+        if refused or not asked:
+            raise OAuthError(
+                "invalid_scope",
+                f"Scopes not granted to this client: {' '.join(refused)}."
+                if refused
+                else "The scope parameter is empty.",
+            )
+        granted = sorted(set(asked))
+    key = current_signing_key(session, passphrase=settings.signing_key_passphrase)
+    token = sign_token(
+        private_key=keyring.load_private_key(key.private_key_pem, settings.signing_key_passphrase),
+        kid=key.kid,
+        algorithm=key.algorithm,
+        issuer=settings.token_issuer,
+        audience=audience,
+        subject=credential.client_id,
+        scopes=list(granted),
+        company_id=credential.company_id,
+        client_ids=list(credential.client_ids),
+        author_id=credential.author_id,
+        lifetime=settings.token_lifetime_seconds,
+    )
+    return TokenGrant(
+        access_token=token, expires_in=settings.token_lifetime_seconds, scope=" ".join(granted)
+    )

@@ -1,0 +1,172 @@
+"""Access tokens: what a verified token grants (Principal), signing and verification."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+
+from headwater.errors import InvalidToken
+from headwater.identity.keys import KeyCache
+
+SCOPES: dict[str, str] = {
+    "data:write": "Push records and ask for file upload URLs.",
+    "data:read": "Read records, transactions and datasets.",
+    "workflows:read": "Read workflow categories, templates, workflows and tasks.",
+    "workflows:write": "Create, change and delete workflow configuration.",
+    "activities:read": "Search the activity log.",
+    "admin": "Operator: manage companies, clients, credentials and datasets.",
+}
+COMPANY_SCOPES = frozenset(SCOPES) - {"admin"}
+GRANT_TYPE = "client_credentials"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling, as a verified token says; built without touching the database."""
+
+    subject: str
+    author_id: uuid.UUID
+    company_id: uuid.UUID | None
+    client_ids: tuple[str, ...]
+    scopes: frozenset[str]
+
+    @property
+    def is_operator(self) -> bool:
+        return "admin" in self.scopes
+
+    def may_use_client(self, client_id: str) -> bool:
+        """An empty list of ingestion clients means all of the company's."""
+        return not self.client_ids or client_id in self.client_ids
+
+
+def sign_token(
+    *,
+    private_key: PrivateKeyTypes,
+    kid: str,
+    algorithm: str,
+    issuer: str,
+    audience: str,
+    subject: str,
+    scopes: list[str],
+    company_id: uuid.UUID | None,
+    client_ids: list[str],
+    author_id: uuid.UUID,
+    lifetime: int,
+) -> str:
+    now = int(time.time())
+    claims: dict[str, Any] = {
+        "iss": issuer,
+        "sub": subject,
+        "aud": audience,
+        "iat": now,
+        "nbf": now,
+        "exp": now + lifetime,
+        "jti": uuid.uuid4().hex,
+        "scope": " ".join(scopes),
+        "gty": GRANT_TYPE,
+        "company_id": str(company_id) if company_id else None,
+        "client_ids": client_ids,
+        "author_id": str(author_id),
+    }
+    return jwt.encode(claims, private_key, algorithm=algorithm, headers={"kid": kid})  # type: ignore[arg-type]
+
+
+_DECODE_ERRORS: list[tuple[type[Exception], str]] = [
+    (jwt.ExpiredSignatureError, "The token has expired."),
+    (jwt.ImmatureSignatureError, "The token is not valid yet (nbf or iat in the future)."),
+    (jwt.InvalidAudienceError, "The token was issued for another audience."),
+    (jwt.InvalidIssuerError, "The token was issued by another issuer."),
+    (jwt.InvalidSignatureError, "The token's signature does not verify."),
+    (jwt.MissingRequiredClaimError, "The token lacks a required claim."),
+]
+
+
+class TokenVerifier:
+    """Checks a bearer token's signature, algorithm, issuer, audience and times."""
+
+    def __init__(
+        self,
+        *,
+        keys: KeyCache,
+        issuer: str,
+        audience: str,
+        algorithms: list[str],
+        claim_map: Mapping[str, str],
+        leeway: int,
+    ) -> None:
+        self.keys = keys
+        self.issuer = issuer
+        self.audience = audience
+        self.algorithms = [a for a in algorithms if not a.upper().startswith(("HS", "NONE"))]
+        self.claim_map = dict(claim_map)
+        self.leeway = leeway
+
+    async def verify(self, token: str) -> Principal:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise InvalidToken("The token is not a well-formed JWT.") from None
+        algorithm = header.get("alg")
+        if algorithm not in self.algorithms:
+            raise InvalidToken(f"Tokens signed with {algorithm!r} are not accepted.")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise InvalidToken("The token header names no key (kid).")
+        key = await self.keys.get(kid)
+        if key is None:
+            raise InvalidToken("The token was signed with an unknown key.")
+        if key.algorithm_name != algorithm:
+            raise InvalidToken("The token's algorithm does not match its key.")
+        try:
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=[algorithm],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway,
+                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+            )
+        except jwt.PyJWTError as exc:
+            detail = next(
+                (text for cls, text in _DECODE_ERRORS if isinstance(exc, cls)),
+                "The token is invalid.",
+            )
+            raise InvalidToken(detail) from None
+        return self._principal(claims)
+
+    def _claim(self, claims: Mapping[str, Any], name: str) -> Any:
+        return claims.get(self.claim_map.get(name, name))
+
+    def _principal(self, claims: Mapping[str, Any]) -> Principal:
+        raw_scope = self._claim(claims, "scope") or ""
+        scopes = raw_scope.split() if isinstance(raw_scope, str) else list(raw_scope)
+        raw_clients = self._claim(claims, "client_ids") or []
+        if not isinstance(raw_clients, list) or not all(isinstance(c, str) for c in raw_clients):
+            raise InvalidToken("The token's client_ids claim is not a list of strings.")
+        company_id = _uuid_claim(self._claim(claims, "company_id"), "company_id")
+        author_id = _uuid_claim(self._claim(claims, "author_id"), "author_id") or uuid.uuid5(
+            uuid.NAMESPACE_URL, f"{claims['iss']}#{claims['sub']}"
+        )
+        return Principal(
+            subject=str(claims["sub"]),
+            author_id=author_id,
+            company_id=company_id,
+            client_ids=tuple(raw_clients),
+            scopes=frozenset(str(s) for s in scopes),
+        )
+
+
+def _uuid_claim(value: Any, name: str) -> uuid.UUID | None:
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidToken(f"The token's {name} claim is not a uuid.") from None

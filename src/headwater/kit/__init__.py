@@ -1,0 +1,1 @@
+"""Domain-free helpers."""

@@ -1,0 +1,62 @@
+"""The page shape every list answers (interface document 2.7): pages numbered from 0."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+T = TypeVar("T")
+
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 20
+
+PageNumber = Annotated[int, Field(ge=0, description="Page number, from 0.", examples=[0])]
+PageSize = Annotated[
+    int,
+    Field(ge=1, le=MAX_PAGE_SIZE, description="Entries per page (1-100).", examples=[20]),
+]
+
+
+class PageParams(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    page: int = 0
+    page_size: int = DEFAULT_PAGE_SIZE
+
+    @property
+    def offset(self) -> int:
+        return self.page * self.page_size
+
+
+class Page(BaseModel, Generic[T]):
+    page_number: int = Field(examples=[0])
+    page_size: int = Field(examples=[20])
+    total_entries: int = Field(examples=[1])
+    total_pages: int = Field(examples=[1])
+    data: list[T]
+
+    @classmethod
+    def of(cls, items: Sequence[T], *, params: PageParams, total: int) -> Page[T]:
+        return cls(
+            page_number=params.page,
+            page_size=params.page_size,
+            total_entries=total,
+            total_pages=math.ceil(total / params.page_size),
+            data=list(items),
+        )
+
+
+def paginate(
+    session: Session, query: Select[Any], *order_by: Any, params: PageParams
+) -> tuple[Sequence[Any], int]:
+    """One page of `query` in a total order (the last `order_by` must be unique) and the count."""
+    total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+    items = session.scalars(
+        query.order_by(*order_by).offset(params.offset).limit(params.page_size)
+    ).all()
+    return items, total

@@ -1,0 +1,143 @@
+"""Token-bucket rate limiting: in-process by default, shared through Redis when configured."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+log = structlog.get_logger("headwater.ratelimit")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_seconds: int
+    retry_after: int
+
+    def headers(self) -> dict[str, str]:
+        """IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers)."""
+        headers = {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(self.reset_seconds),
+        }
+        if not self.allowed:
+            headers["Retry-After"] = str(self.retry_after)
+        return headers
+
+
+class RateLimiter(Protocol):
+    async def hit(self, key: str) -> Decision: ...
+
+    async def close(self) -> None: ...
+
+
+def _decide(tokens: float, *, allowed: bool, rate: float, burst: int) -> Decision:
+    return Decision(
+        allowed=allowed,
+        limit=burst,
+        remaining=max(0, math.floor(tokens)),
+        reset_seconds=math.ceil((burst - tokens) / rate),
+        retry_after=0 if allowed else max(1, math.ceil((1 - tokens) / rate)),
+    )
+
+
+class MemoryRateLimiter:
+    """Buckets held in this process: each key refills at `rate` tokens/s up to `burst`."""
+
+    def __init__(self, *, rate: float, burst: int, max_keys: int = 100_000) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.max_keys = max_keys
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    async def hit(self, key: str) -> Decision:
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(key, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            allowed = tokens >= 1.0
+            if allowed:
+                tokens -= 1.0
+            if len(self._buckets) >= self.max_keys and key not in self._buckets:
+                self._evict_full(now)
+            self._buckets[key] = (tokens, now)
+        return _decide(tokens, allowed=allowed, rate=self.rate, burst=self.burst)
+
+    def _evict_full(self, now: float) -> None:
+        """Forget buckets that have refilled: they hold no information."""
+        full_after = self.burst / self.rate
+        self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < full_after}
+
+    async def close(self) -> None:
+        return None
+
+
+# KEYS[1] bucket key; ARGV: rate, burst, now (seconds, from Redis TIME so every instance
+# shares one clock). Returns {allowed, tokens * 1000}.
+_REDIS_BUCKET = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1]) or burst
+local ts = tonumber(state[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local allowed = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+end
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return {allowed, math.floor(tokens * 1000)}
+"""
+
+
+class RedisRateLimiter:
+    """The same bucket kept in Redis, so that several API instances share one limit.
+
+    If Redis cannot be reached the request is let through and a warning logged: losing
+    the limiter must not take the API down with it.
+    """
+
+    def __init__(self, url: str, *, rate: float, burst: int, prefix: str = "hw:rl:") -> None:
+        import redis.asyncio as aioredis
+
+        self.rate = rate
+        self.burst = burst
+        self.prefix = prefix
+        self._redis = aioredis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._script = self._redis.register_script(_REDIS_BUCKET)
+
+    async def hit(self, key: str) -> Decision:
+        from redis.exceptions import RedisError
+
+        try:
+            allowed, milli_tokens = await self._script(
+                keys=[self.prefix + key], args=[self.rate, self.burst]
+            )
+        except (RedisError, OSError) as exc:
+            log.warning("rate limiter unavailable, request allowed", error=type(exc).__name__)
+            return _decide(float(self.burst), allowed=True, rate=self.rate, burst=self.burst)
+        return _decide(
+            int(milli_tokens) / 1000, allowed=bool(allowed), rate=self.rate, burst=self.burst
+        )
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+
+def make_rate_limiter(*, redis_url: str | None, rate: float, burst: int) -> RateLimiter:
+    if redis_url:
+        return RedisRateLimiter(redis_url, rate=rate, burst=burst)
+    return MemoryRateLimiter(rate=rate, burst=burst)

@@ -1,0 +1,88 @@
+"""create_app(): routers, error handlers, middleware, lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from headwater import errors, worker
+from headwater.config import Settings, get_settings
+from headwater.identity import router as identity_router
+from headwater.identity import token_router
+from headwater.identity.errors import OAuthError
+from headwater.ops import router as ops_router
+from headwater.ops.logs import configure_logging
+from headwater.ops.middleware import BodyLimitMiddleware, ObservabilityMiddleware
+from headwater.ops.openapi import build_openapi
+from headwater.runtime import build_runtime, start
+
+VERSION = "0.1.0"
+
+
+async def _oauth_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OAuthError)
+    return JSONResponse(
+        {"error": exc.error, "error_description": exc.description},
+        status_code=exc.status,
+        headers={**exc.headers, **token_router.NO_STORE},
+    )
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    configure_logging(level=settings.log_level, json=settings.log_json)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = build_runtime(settings)
+        app.state.runtime = runtime
+        await run_in_threadpool(start, runtime)
+        stop = asyncio.Event()
+        task = (
+            asyncio.create_task(worker.run_forever(runtime, stop))
+            if settings.worker_enabled
+            else None
+        )
+        try:
+            yield
+        finally:
+            stop.set()
+            if task is not None:
+                await task
+            await runtime.close()
+
+    app = FastAPI(
+        title="Headwater API",
+        version=VERSION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    if settings.embedded_idp_enabled:
+        app.include_router(token_router.router)
+    app.include_router(identity_router.token_info)
+    app.include_router(identity_router.router)
+    app.include_router(ops_router.router)
+    app.mount("/docs/assets", ops_router.docs_assets, name="docs-assets")
+
+    app.add_exception_handler(OAuthError, _oauth_error)
+    app.add_exception_handler(errors.DomainError, errors.handle_domain_error)
+    app.add_exception_handler(HTTPException, errors.handle_http_exception)
+    app.add_exception_handler(RequestValidationError, errors.handle_request_validation)
+    app.add_exception_handler(SQLAlchemyError, errors.handle_unexpected)
+    app.add_exception_handler(Exception, errors.handle_unexpected)
+
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ObservabilityMiddleware)
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,1 @@
+"""Operations: health, readiness, metrics, logs, request ids, the docs page."""

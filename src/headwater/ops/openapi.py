@@ -1,0 +1,150 @@
+"""The OpenAPI document: FastAPI's, plus problem+json errors with examples on every operation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from headwater.errors import PROBLEM_BASE, PROBLEM_JSON
+
+DESCRIPTION = """
+Headwater is a multi-tenant data platform: push records as JSON (validated against
+the dataset's JSON Schema, draft-06), read them back with their transaction records,
+configure workflows, and search an append-only activity log.
+
+**Authentication.** `POST /oauth/token` with `client_id`, `client_secret` and
+`audience` (JSON, form or HTTP Basic) answers a JWT (RS256, `kid` in the header, keys at
+`/.well-known/jwks.json`). Send it as `Authorization: Bearer <token>`. Claims: `iss`,
+`sub` (the credential's client id), `aud`, `iat`, `nbf`, `exp`, `jti`, `scope`
+(space-separated), `gty` (`client_credentials`), and Headwater's own: `company_id`
+(uuid, null for operators), `client_ids` (ingestion clients the token may use; empty
+means all of its company's) and `author_id` (uuid written on every change it makes).
+
+**Errors.** Every error outside `/oauth/token` is RFC 9457 `application/problem+json`
+with `type`, `title`, `status`, `detail`, `code`, `request_id` and, where input was
+wrong, `errors` (`[{"location", "field", "message"}]`). The token endpoint answers
+RFC 6749 errors (`{"error", "error_description"}`).
+
+**Rate limits.** Per credential, a token bucket (default 100 requests/s, bursts of
+200). Authenticated answers carry `RateLimit-Limit`, `RateLimit-Remaining` and
+`RateLimit-Reset`; a 429 adds `Retry-After`.
+
+**Pages.** Lists answer `{page_number, page_size, total_entries, total_pages, data}`,
+pages numbered from 0, `page_size` 1-100 (default 20).
+
+**Request ids.** Send `X-Request-ID` (1-128 of `A-Za-z0-9._:-`) or get one made; it
+is echoed in the response header, error bodies and logs.
+"""
+
+_ERRORS: dict[str, tuple[str, str, str]] = {
+    "400": (
+        "invalid_parameter",
+        "Invalid parameter",
+        "Invalid parameter: page_size (query): Input should be less than or equal to 100",
+    ),
+    "401": ("invalid_token", "Invalid token", "The token has expired."),
+    "403": (
+        "insufficient_scope",
+        "Insufficient scope",
+        "The token lacks the scope this call needs: admin.",
+    ),
+    "404": ("not_found", "Not found", "No company has the id 6f1c...."),
+    "409": ("conflict", "Conflict", "The ingestion client id 'acme-crm' is taken."),
+    "413": (
+        "payload_too_large",
+        "Payload too large",
+        "The request body is larger than the limit of 5242880 bytes.",
+    ),
+    "429": ("rate_limited", "Too many requests", "Rate limit exceeded; retry in 1 s."),
+    "503": (
+        "database_unavailable",
+        "Service unavailable",
+        "The database cannot be reached; retry later.",
+    ),
+}
+
+_PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "RFC 9457 problem details.",
+    "required": ["type", "title", "status", "detail", "code"],
+    "properties": {
+        "type": {"type": "string", "format": "uri"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "code": {"type": "string", "description": "Machine-readable error code."},
+        "request_id": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "string", "enum": ["body", "query", "path", "header"]},
+                    "field": {
+                        "type": "string",
+                        "description": "Parameter name, or JSON Pointer in the body.",
+                    },
+                    "message": {"type": "string"},
+                },
+            },
+        },
+    },
+}
+
+
+def _problem(status: str) -> dict[str, Any]:
+    code, title, detail = _ERRORS[status]
+    return {
+        "description": title,
+        "content": {
+            PROBLEM_JSON: {
+                "schema": {"$ref": "#/components/schemas/Problem"},
+                "example": {
+                    "type": PROBLEM_BASE + code,
+                    "title": title,
+                    "status": int(status),
+                    "detail": detail,
+                    "code": code,
+                    "request_id": "6c1f0e0c2b4d4e0e9a8d0f5d7f3e2a11",
+                },
+            }
+        },
+    }
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title="Headwater API", version=app.version, description=DESCRIPTION, routes=app.routes
+    )
+    schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = _PROBLEM_SCHEMA
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema["components"]["schemas"].pop(name, None)
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            had_validation = responses.pop("422", None) is not None
+            wanted = ["503"]
+            if path == "/oauth/token":
+                continue
+            if had_validation or operation.get("requestBody"):
+                wanted += ["400", "413"]
+            if operation.get("security"):
+                wanted += ["401", "403", "429"]
+            if "{" in path:
+                wanted.append("404")
+            for status in wanted:
+                problem = _problem(status)
+                existing = responses.get(status)
+                if existing:
+                    problem["description"] = existing.get("description", problem["description"])
+                responses[status] = problem
+            if "409" in responses:
+                responses["409"] = _problem("409") | {
+                    "description": responses["409"]["description"]
+                }
+    app.openapi_schema = schema
+    return schema

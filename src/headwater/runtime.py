@@ -1,0 +1,117 @@
+"""The objects one running service shares between requests, built from Settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import anyio.to_thread
+import httpx
+import jwt
+import structlog
+
+from headwater import migrations
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.errors import is_unreachable
+from headwater.identity import keys as keyring
+from headwater.identity import service as identity
+from headwater.identity.tokens import TokenVerifier
+from headwater.kit.ratelimit import RateLimiter, make_rate_limiter
+
+log = structlog.get_logger("headwater.runtime")
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    db: Database
+    verifier: TokenVerifier
+    limiter: RateLimiter
+
+    async def close(self) -> None:
+        await self.limiter.close()
+        self.db.dispose()
+
+
+def _embedded_loader(db: Database) -> keyring.KeyLoader:
+    def load() -> dict[str, jwt.PyJWK]:
+        with db.session() as session:
+            return identity.verification_keys(session)
+
+    async def load_async() -> dict[str, jwt.PyJWK]:
+        return await anyio.to_thread.run_sync(load)
+
+    return load_async
+
+
+def _jwks_loader(url: str, algorithms: list[str]) -> keyring.KeyLoader:
+    async def load() -> dict[str, jwt.PyJWK]:
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            response = await client.get(url, headers={"Accept": "application/json"})
+            response.raise_for_status()
+            return keyring.public_keys(response.json(), algorithms)
+
+    return load
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    db = Database(settings)
+    if settings.external_idp:
+        assert settings.oidc_jwks_url and settings.oidc_issuer and settings.oidc_audience
+        loader = _jwks_loader(settings.oidc_jwks_url, settings.oidc_algorithms)
+        issuer, audience, algorithms = (
+            settings.oidc_issuer,
+            settings.oidc_audience,
+            settings.oidc_algorithms,
+        )
+        claim_map = settings.oidc_claim_map
+    else:
+        loader = _embedded_loader(db)
+        issuer, audience, algorithms = settings.token_issuer, settings.audience, ["RS256"]
+        claim_map = {}
+    cache = keyring.KeyCache(
+        loader,
+        min_refresh=settings.jwks_min_refresh_seconds,
+        max_age=settings.jwks_max_age_seconds,
+    )
+    verifier = TokenVerifier(
+        keys=cache,
+        issuer=issuer,
+        audience=audience,
+        algorithms=algorithms,
+        claim_map=claim_map,
+        leeway=settings.token_leeway_seconds,
+    )
+    limiter = make_rate_limiter(
+        redis_url=settings.redis_url,
+        rate=settings.rate_limit_per_second,
+        burst=settings.rate_limit_burst,
+    )
+    return Runtime(settings=settings, db=db, verifier=verifier, limiter=limiter)
+
+
+def start(runtime: Runtime) -> None:
+    """Blocking start-up work: migrate, ensure the bootstrap credential, load signing keys.
+
+    A database that is down at start does not stop the process: /readyz answers 503 and
+    the work is done again by the worker's key refresh once it is back.
+    """
+    settings = runtime.settings
+    try:
+        if settings.auto_migrate:
+            migrations.upgrade(settings)
+        with runtime.db.session() as session:
+            if settings.bootstrap_client_id and settings.bootstrap_client_secret:
+                identity.ensure_bootstrap_credential(
+                    session,
+                    client_id=settings.bootstrap_client_id,
+                    client_secret=settings.bootstrap_client_secret,
+                )
+            if settings.embedded_idp_enabled:
+                identity.current_signing_key(session, passphrase=settings.signing_key_passphrase)
+                if not settings.external_idp:
+                    runtime.verifier.keys.prime(identity.verification_keys(session))
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+        log.error("database unreachable at start; serving 503 until it is back")
