@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     oidc_algorithms: Annotated[list[str], NoDecode] = ["RS256", "ES256"]
     oidc_claim_map: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_CLAIM_MAP))
     embedded_idp: bool | None = None
-    jwks_min_refresh_seconds: float = Field(30.0, ge=0)
+    jwks_min_refresh_seconds: float = Field(5.0, ge=0)
     jwks_max_age_seconds: float = Field(600.0, gt=0)
 
     max_body_bytes: int = Field(5 * 1024 * 1024, gt=0)

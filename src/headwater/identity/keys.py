@@ -120,6 +120,11 @@ class KeyCache:
                 # A failed load counts too, so an unreachable source is not hammered.
                 self._loaded_at = time.monotonic()
 
+    def remember(self, jwk: Mapping[str, Any]) -> None:
+        """Hold a key this process has just signed with, before any refresh would find it."""
+        if jwk["kid"] not in self._keys:
+            self._keys = {**self._keys, **public_keys({"keys": [jwk]}, [ALGORITHM])}
+
     def prime(self, keys: dict[str, jwt.PyJWK]) -> None:
         self._keys = keys
         self._loaded_at = time.monotonic()

@@ -282,6 +282,7 @@ class TokenGrant:
     access_token: str
     expires_in: int
     scope: str
+    public_jwk: dict[str, Any]
 
 
 def issue_token(
@@ -335,5 +336,8 @@ def issue_token(
         lifetime=settings.token_lifetime_seconds,
     )
     return TokenGrant(
-        access_token=token, expires_in=settings.token_lifetime_seconds, scope=" ".join(granted)
+        access_token=token,
+        expires_in=settings.token_lifetime_seconds,
+        scope=" ".join(granted),
+        public_jwk=key.public_jwk,
     )

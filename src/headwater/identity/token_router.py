@@ -158,6 +158,7 @@ async def token(request: Request, runtime: RuntimeDep) -> JSONResponse:
             )
 
     grant = await run_in_threadpool(issue)
+    runtime.verifier.keys.remember(grant.public_jwk)
     body = TokenResponse(
         access_token=grant.access_token, expires_in=grant.expires_in, scope=grant.scope
     )
