@@ -101,9 +101,7 @@ def make_client(base_settings: dict[str, Any]) -> Iterator[Callable[..., TestCli
 # --- factories: plain functions over the HTTP API ---------------------------------------
 
 
-def get_token(
-    client: TestClient, client_id: str, client_secret: str, **extra: str
-) -> str:
+def get_token(client: TestClient, client_id: str, client_secret: str, **extra: str) -> str:
     body = {"client_id": client_id, "client_secret": client_secret, "audience": AUDIENCE}
     response = client.post("/oauth/token", json=body | extra)
     assert response.status_code == 200, response.text

@@ -13,9 +13,12 @@ from rich.console import Console
 from headwater import migrations
 from headwater.config import get_settings
 from headwater.db import Database
+from headwater.errors import DomainError
 from headwater.identity import service as identity
 
-app = typer.Typer(help="Headwater data platform.", no_args_is_help=True)
+app = typer.Typer(
+    help="Headwater data platform.", no_args_is_help=True, pretty_exceptions_enable=False
+)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 companies_app = typer.Typer(help="Companies (customer organisations).", no_args_is_help=True)
 clients_app = typer.Typer(help="Ingestion clients.", no_args_is_help=True)
@@ -187,5 +190,14 @@ def keys_remove(kid: str) -> None:
     out.print(f"removed {kid}")
 
 
+def main() -> None:
+    """Entry point: domain errors become one line on stderr and exit status 1."""
+    try:
+        app()
+    except DomainError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc.detail}")
+        raise SystemExit(1) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -12,6 +12,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 
 from headwater.kit.context import request_id_var
 
@@ -234,15 +235,28 @@ async def handle_domain_error(_request: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
-async def handle_http_exception(_request: Request, exc: Exception) -> Response:
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path (Starlette names only the first route's)."""
+    allowed = []
+    for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+        scope = {"type": "http", "path": request.url.path, "root_path": "", "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
     cls = STATUS_ERRORS.get(exc.status_code, DomainError)
     detail = {
         404: "No resource lives at this path.",
         405: "This path does not accept that method.",
     }.get(exc.status_code, str(exc.detail))
     body = problem_body(status=exc.status_code, code=cls.code, title=cls.title, detail=detail)
-    return problem_response(body, status=exc.status_code, headers=exc.headers)
+    return problem_response(body, status=exc.status_code, headers=headers)
 
 
 def _json_pointer(parts: Sequence[object]) -> str:

@@ -40,33 +40,45 @@ def test_created_at_has_milliseconds_and_z(client: TestClient, admin: dict[str, 
 
 @pytest.mark.parametrize(
     "body",
-    [{}, {"name": ""}, {"name": "   "}, {"name": 5}, {"name": "x" * 201},
-     {"name": "ok", "id": "6f1c5f4e-2f0a-4d7e-9a57-0b1f0c9d2e11"}, [], "name"],
+    [
+        {},
+        {"name": ""},
+        {"name": "   "},
+        {"name": 5},
+        {"name": "x" * 201},
+        {"name": "ok", "id": "6f1c5f4e-2f0a-4d7e-9a57-0b1f0c9d2e11"},
+        [],
+        "name",
+    ],
 )
 def test_company_bad_bodies(client: TestClient, admin: dict[str, str], body: Any) -> None:
-    body_problem = assert_problem(
-        client.post("/admin/v1/companies", json=body, headers=admin), 400
-    )
+    body_problem = assert_problem(client.post("/admin/v1/companies", json=body, headers=admin), 400)
     assert body_problem["errors"] and body_problem["errors"][0]["location"] == "body"
 
 
 def test_unknown_company_is_404_and_bad_uuid_is_400(
     client: TestClient, admin: dict[str, str]
 ) -> None:
-    assert_problem(client.get(f"/admin/v1/companies/{uuid.uuid4()}", headers=admin), 404,
-                   "company_not_found")
-    problem = assert_problem(client.get("/admin/v1/companies/not-a-uuid", headers=admin), 400,
-                             "invalid_parameter")
+    assert_problem(
+        client.get(f"/admin/v1/companies/{uuid.uuid4()}", headers=admin), 404, "company_not_found"
+    )
+    problem = assert_problem(
+        client.get("/admin/v1/companies/not-a-uuid", headers=admin), 400, "invalid_parameter"
+    )
     assert problem["errors"][0] == {
-        "location": "path", "field": "company_id", "message": problem["errors"][0]["message"]}
+        "location": "path",
+        "field": "company_id",
+        "message": problem["errors"][0]["message"],
+    }
 
 
 def test_paging(client: TestClient, admin: dict[str, str], company: str) -> None:
     for _ in range(3):
         create_ingestion_client(client, admin, company)
     url = f"/admin/v1/companies/{company}/clients"
-    pages = [client.get(url, params={"page": p, "page_size": 2}, headers=admin).json()
-             for p in range(3)]
+    pages = [
+        client.get(url, params={"page": p, "page_size": 2}, headers=admin).json() for p in range(3)
+    ]
     assert [len(p["data"]) for p in pages] == [2, 1, 0]
     assert all(p["total_entries"] == 3 and p["total_pages"] == 2 for p in pages)
     ids = [c["client_id"] for p in pages for c in p["data"]]
@@ -80,8 +92,9 @@ def test_paging(client: TestClient, admin: dict[str, str], company: str) -> None
 def test_bad_paging_parameters(
     client: TestClient, admin: dict[str, str], params: dict[str, Any]
 ) -> None:
-    problem = assert_problem(client.get("/admin/v1/companies", params=params, headers=admin),
-                             400, "invalid_parameter")
+    problem = assert_problem(
+        client.get("/admin/v1/companies", params=params, headers=admin), 400, "invalid_parameter"
+    )
     assert problem["errors"][0]["field"] == next(iter(params))
     assert problem["errors"][0]["location"] == "query"
 
@@ -90,8 +103,11 @@ def test_client_create_get_list_revoke(
     client: TestClient, admin: dict[str, str], company: str
 ) -> None:
     cid = f"acme_crm-1.{uuid.uuid4().hex[:6]}"  # hyphen, underscore and dot all allowed
-    response = client.post(f"/admin/v1/companies/{company}/clients",
-                           json={"client_id": cid, "name": "CRM"}, headers=admin)
+    response = client.post(
+        f"/admin/v1/companies/{company}/clients",
+        json={"client_id": cid, "name": "CRM"},
+        headers=admin,
+    )
     assert response.status_code == 201, response.text
     body = response.json()
     assert {"client_id", "company_id", "name", "created_at"} <= set(body)
@@ -105,8 +121,11 @@ def test_client_create_get_list_revoke(
 def test_client_id_is_unique(client: TestClient, admin: dict[str, str], company: str) -> None:
     client_id = create_ingestion_client(client, admin, company)
     other = create_company(client, admin)
-    response = client.post(f"/admin/v1/companies/{other}/clients",
-                           json={"client_id": client_id, "name": "again"}, headers=admin)
+    response = client.post(
+        f"/admin/v1/companies/{other}/clients",
+        json={"client_id": client_id, "name": "again"},
+        headers=admin,
+    )
     assert_problem(response, 409, "client_exists")
 
 
@@ -114,8 +133,11 @@ def test_client_id_is_unique(client: TestClient, admin: dict[str, str], company:
 def test_client_id_pattern(
     client: TestClient, admin: dict[str, str], company: str, client_id: str
 ) -> None:
-    response = client.post(f"/admin/v1/companies/{company}/clients",
-                           json={"client_id": client_id, "name": "n"}, headers=admin)
+    response = client.post(
+        f"/admin/v1/companies/{company}/clients",
+        json={"client_id": client_id, "name": "n"},
+        headers=admin,
+    )
     problem = assert_problem(response, 400)
     assert problem["errors"][0]["field"] == "/client_id"
 
@@ -125,11 +147,16 @@ def test_client_of_unknown_or_other_company_is_404(
 ) -> None:
     client_id = create_ingestion_client(client, admin, company)
     other = create_company(client, admin)
-    assert_problem(client.get(f"/admin/v1/companies/{other}/clients/{client_id}",
-                              headers=admin), 404, "client_not_found")
-    response = client.post(f"/admin/v1/companies/{uuid.uuid4()}/clients",
-                           json={"client_id": "zz-" + uuid.uuid4().hex[:8], "name": "n"},
-                           headers=admin)
+    assert_problem(
+        client.get(f"/admin/v1/companies/{other}/clients/{client_id}", headers=admin),
+        404,
+        "client_not_found",
+    )
+    response = client.post(
+        f"/admin/v1/companies/{uuid.uuid4()}/clients",
+        json={"client_id": "zz-" + uuid.uuid4().hex[:8], "name": "n"},
+        headers=admin,
+    )
     assert_problem(response, 404, "company_not_found")
 
 
@@ -138,8 +165,15 @@ def test_credential_secret_is_shown_once(
 ) -> None:
     crm = create_ingestion_client(client, admin, company)
     created = create_credential(client, admin, company, scopes=["data:write"], client_ids=[crm])
-    assert {"client_id", "client_secret", "author_id", "company_id", "scopes", "client_ids",
-            "created_at"} <= set(created)
+    assert {
+        "client_id",
+        "client_secret",
+        "author_id",
+        "company_id",
+        "scopes",
+        "client_ids",
+        "created_at",
+    } <= set(created)
     assert created["client_ids"] == [crm] and created["scopes"] == ["data:write"]
     fetched = client.get(f"/admin/v1/credentials/{created['client_id']}", headers=admin)
     listed = client.get(f"/admin/v1/companies/{company}/credentials", headers=admin)
@@ -163,8 +197,7 @@ def test_credential_secret_is_shown_once(
 def test_credential_bad_bodies(
     client: TestClient, admin: dict[str, str], company: str, body: dict[str, Any], field: str
 ) -> None:
-    response = client.post(f"/admin/v1/companies/{company}/credentials", json=body,
-                           headers=admin)
+    response = client.post(f"/admin/v1/companies/{company}/credentials", json=body, headers=admin)
     problem = assert_problem(response, 400)
     assert field in [e["field"] for e in problem["errors"]]
 
@@ -174,16 +207,19 @@ def test_credential_for_another_companys_client_is_refused(
 ) -> None:
     other = create_company(client, admin)
     foreign = create_ingestion_client(client, admin, other)
-    response = client.post(f"/admin/v1/companies/{company}/credentials",
-                           json={"name": "x", "scopes": ["data:read"], "client_ids": [foreign]},
-                           headers=admin)
+    response = client.post(
+        f"/admin/v1/companies/{company}/credentials",
+        json={"name": "x", "scopes": ["data:read"], "client_ids": [foreign]},
+        headers=admin,
+    )
     problem = assert_problem(response, 400, "invalid_credential")
     assert foreign in problem["detail"]
 
 
 def test_unknown_credential_is_404(client: TestClient, admin: dict[str, str]) -> None:
-    assert_problem(client.get("/admin/v1/credentials/hw_nobody", headers=admin), 404,
-                   "credential_not_found")
+    assert_problem(
+        client.get("/admin/v1/credentials/hw_nobody", headers=admin), 404, "credential_not_found"
+    )
     assert_problem(client.delete("/admin/v1/credentials/hw_nobody", headers=admin), 404)
 
 
@@ -191,8 +227,13 @@ def test_company_tokens_cannot_use_the_operator_api(
     client: TestClient, company_token: str, company: str
 ) -> None:
     headers = {"Authorization": f"Bearer {company_token}"}
-    for method, url in [("GET", f"/admin/v1/companies/{company}"),
-                        ("POST", "/admin/v1/companies"),
-                        ("DELETE", "/admin/v1/credentials/x")]:
-        assert_problem(client.request(method, url, headers=headers, json={"name": "x"}), 403,
-                       "insufficient_scope")
+    for method, url in [
+        ("GET", f"/admin/v1/companies/{company}"),
+        ("POST", "/admin/v1/companies"),
+        ("DELETE", "/admin/v1/credentials/x"),
+    ]:
+        assert_problem(
+            client.request(method, url, headers=headers, json={"name": "x"}),
+            403,
+            "insufficient_scope",
+        )

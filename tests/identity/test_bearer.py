@@ -31,18 +31,29 @@ def signing(settings: Any) -> Iterator[tuple[str, Any, str]]:
         key = identity.current_signing_key(session, passphrase=None)
     db.dispose()
     private = keyring.load_private_key(key.private_key_pem, None)
-    public_pem = private.public_key().public_bytes(  # type: ignore[union-attr]
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode()
+    public_pem = (
+        private.public_key()
+        .public_bytes(  # type: ignore[union-attr]
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        .decode()
+    )
     yield key.kid, private, public_pem
 
 
 def _claims(**changes: Any) -> dict[str, Any]:
     now = int(time.time())
     claims = {
-        "iss": "http://testserver", "sub": "forged", "aud": AUDIENCE, "iat": now, "nbf": now,
-        "exp": now + 600, "scope": "admin data:read", "gty": "client_credentials",
-        "company_id": None, "client_ids": [],
+        "iss": "http://testserver",
+        "sub": "forged",
+        "aud": AUDIENCE,
+        "iat": now,
+        "nbf": now,
+        "exp": now + 600,
+        "scope": "admin data:read",
+        "gty": "client_credentials",
+        "company_id": None,
+        "client_ids": [],
         "author_id": "6f1c5f4e-2f0a-4d7e-9a57-0b1f0c9d2e11",
     }
     claims.update(changes)
@@ -115,9 +126,7 @@ def test_hs256_signed_with_the_public_key_is_refused(client: TestClient, signing
     ],
     ids=["wrong-aud", "wrong-iss", "expired", "nbf-future", "iat-future", "no-exp", "no-sub"],
 )
-def test_bad_claims_are_refused(
-    client: TestClient, signing: Any, changes: dict[str, Any]
-) -> None:
+def test_bad_claims_are_refused(client: TestClient, signing: Any, changes: dict[str, Any]) -> None:
     token = _sign(signing, _claims(**changes))
     _assert_invalid_token(client.get(WHOAMI, headers=auth(token)))
 
@@ -158,7 +167,9 @@ def test_missing_scope_is_insufficient_scope(client: TestClient, company_token: 
     response = client.get("/admin/v1/companies", headers=auth(company_token))
     body = assert_problem(response, 403, "insufficient_scope")
     assert body["required_scopes"] == ["admin"]
-    assert response.headers["www-authenticate"] == 'Bearer error="insufficient_scope", scope="admin"'
+    assert (
+        response.headers["www-authenticate"] == 'Bearer error="insufficient_scope", scope="admin"'
+    )
 
 
 def test_verifying_a_token_does_not_touch_the_database(

@@ -35,10 +35,15 @@ def _oauth_error(response: Any, status: int, error: str) -> None:
 def test_json_request_answers_a_bearer_jwt(
     client: TestClient, credential: dict[str, Any], company: str
 ) -> None:
-    response = client.post("/oauth/token", json={
-        "client_id": credential["client_id"], "client_secret": credential["client_secret"],
-        "audience": AUDIENCE, "grant_type": "client_credentials",
-    })
+    response = client.post(
+        "/oauth/token",
+        json={
+            "client_id": credential["client_id"],
+            "client_secret": credential["client_secret"],
+            "audience": AUDIENCE,
+            "grant_type": "client_credentials",
+        },
+    )
     assert response.status_code == 200
     assert response.headers["cache-control"] == "no-store"
     body = response.json()
@@ -59,10 +64,15 @@ def test_json_request_answers_a_bearer_jwt(
 
 
 def test_form_request(client: TestClient, credential: dict[str, Any]) -> None:
-    response = client.post("/oauth/token", data={
-        "grant_type": "client_credentials", "client_id": credential["client_id"],
-        "client_secret": credential["client_secret"], "audience": AUDIENCE,
-    })
+    response = client.post(
+        "/oauth/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": credential["client_id"],
+            "client_secret": credential["client_secret"],
+            "audience": AUDIENCE,
+        },
+    )
     assert response.status_code == 200, response.text
     assert response.json()["token_type"] == "Bearer"
 
@@ -92,10 +102,14 @@ def test_basic_and_body_secret_together_is_invalid_request(
 def test_wrong_secret_and_unknown_client_answer_the_same(
     client: TestClient, credential: dict[str, Any]
 ) -> None:
-    wrong = client.post("/oauth/token", json={
-        "client_id": credential["client_id"], "client_secret": "nope", "audience": AUDIENCE})
-    unknown = client.post("/oauth/token", json={
-        "client_id": "hw_doesnotexist", "client_secret": "nope", "audience": AUDIENCE})
+    wrong = client.post(
+        "/oauth/token",
+        json={"client_id": credential["client_id"], "client_secret": "nope", "audience": AUDIENCE},
+    )
+    unknown = client.post(
+        "/oauth/token",
+        json={"client_id": "hw_doesnotexist", "client_secret": "nope", "audience": AUDIENCE},
+    )
     _oauth_error(wrong, 401, "invalid_client")
     _oauth_error(unknown, 401, "invalid_client")
     assert wrong.json() == unknown.json()
@@ -108,8 +122,15 @@ def test_wrong_secret_and_unknown_client_answer_the_same(
         ({"client_id": "x", "audience": AUDIENCE}, "invalid_request"),
         ({"client_id": "x", "client_secret": "x"}, "invalid_request"),
         ({"client_id": 5, "client_secret": "x", "audience": AUDIENCE}, "invalid_request"),
-        ({"client_id": "x", "client_secret": "x", "audience": AUDIENCE,
-          "grant_type": "password"}, "unsupported_grant_type"),
+        (
+            {
+                "client_id": "x",
+                "client_secret": "x",
+                "audience": AUDIENCE,
+                "grant_type": "password",
+            },
+            "unsupported_grant_type",
+        ),
     ],
 )
 def test_bad_requests(client: TestClient, body: dict[str, Any], error: str) -> None:
@@ -121,29 +142,36 @@ def test_bad_requests(client: TestClient, body: dict[str, Any], error: str) -> N
     [
         (b"{not json", "application/json"),
         (b"[1, 2]", "application/json"),
-        (b"client_id=a&client_id=b&client_secret=x&audience=headwater-api",
-         "application/x-www-form-urlencoded"),
+        (
+            b"client_id=a&client_id=b&client_secret=x&audience=headwater-api",
+            "application/x-www-form-urlencoded",
+        ),
         (b"client_id=a", "text/plain"),
     ],
 )
 def test_malformed_bodies_are_invalid_request(
     client: TestClient, content: bytes, content_type: str
 ) -> None:
-    response = client.post("/oauth/token", content=content,
-                           headers={"Content-Type": content_type})
+    response = client.post("/oauth/token", content=content, headers={"Content-Type": content_type})
     _oauth_error(response, 400, "invalid_request")
 
 
 def test_foreign_audience_is_access_denied(client: TestClient, credential: dict[str, Any]) -> None:
-    response = client.post("/oauth/token", json={
-        "client_id": credential["client_id"], "client_secret": credential["client_secret"],
-        "audience": "someone-else"})
+    response = client.post(
+        "/oauth/token",
+        json={
+            "client_id": credential["client_id"],
+            "client_secret": credential["client_secret"],
+            "audience": "someone-else",
+        },
+    )
     _oauth_error(response, 403, "access_denied")
 
 
 def test_scope_narrows_the_token(client: TestClient, credential: dict[str, Any]) -> None:
-    token = get_token(client, credential["client_id"], credential["client_secret"],
-                      scope="data:read")
+    token = get_token(
+        client, credential["client_id"], credential["client_secret"], scope="data:read"
+    )
     assert jwt.decode(token, options={"verify_signature": False})["scope"] == "data:read"
     response = client.get("/platform/v1/whoami", headers=auth(token))
     assert response.json()["scopes"] == ["data:read"]
@@ -153,9 +181,15 @@ def test_scope_narrows_the_token(client: TestClient, credential: dict[str, Any])
 def test_scope_not_granted_is_invalid_scope(
     client: TestClient, credential: dict[str, Any], scope: str
 ) -> None:
-    response = client.post("/oauth/token", json={
-        "client_id": credential["client_id"], "client_secret": credential["client_secret"],
-        "audience": AUDIENCE, "scope": scope})
+    response = client.post(
+        "/oauth/token",
+        json={
+            "client_id": credential["client_id"],
+            "client_secret": credential["client_secret"],
+            "audience": AUDIENCE,
+            "scope": scope,
+        },
+    )
     _oauth_error(response, 400, "invalid_scope")
 
 
@@ -163,11 +197,18 @@ def test_revoked_credential_gets_no_token(
     client: TestClient, admin: dict[str, str], credential: dict[str, Any]
 ) -> None:
     get_token(client, credential["client_id"], credential["client_secret"])
-    assert client.delete(f"/admin/v1/credentials/{credential['client_id']}",
-                         headers=admin).status_code == 204
-    response = client.post("/oauth/token", json={
-        "client_id": credential["client_id"], "client_secret": credential["client_secret"],
-        "audience": AUDIENCE})
+    assert (
+        client.delete(f"/admin/v1/credentials/{credential['client_id']}", headers=admin).status_code
+        == 204
+    )
+    response = client.post(
+        "/oauth/token",
+        json={
+            "client_id": credential["client_id"],
+            "client_secret": credential["client_secret"],
+            "audience": AUDIENCE,
+        },
+    )
     _oauth_error(response, 401, "invalid_client")
 
 
@@ -175,9 +216,14 @@ def test_revoked_company_credentials_get_no_token(
     client: TestClient, admin: dict[str, str], company: str, credential: dict[str, Any]
 ) -> None:
     assert client.delete(f"/admin/v1/companies/{company}", headers=admin).status_code == 204
-    response = client.post("/oauth/token", json={
-        "client_id": credential["client_id"], "client_secret": credential["client_secret"],
-        "audience": AUDIENCE})
+    response = client.post(
+        "/oauth/token",
+        json={
+            "client_id": credential["client_id"],
+            "client_secret": credential["client_secret"],
+            "audience": AUDIENCE,
+        },
+    )
     _oauth_error(response, 401, "invalid_client")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,7 +53,15 @@ def _decide(tokens: float, *, allowed: bool, rate: float, burst: int) -> Decisio
 class MemoryRateLimiter:
     """Buckets held in this process: each key refills at `rate` tokens/s up to `burst`."""
 
-    def __init__(self, *, rate: float, burst: int, max_keys: int = 100_000) -> None:
+    def __init__(
+        self,
+        *,
+        rate: float,
+        burst: int,
+        max_keys: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.clock = clock
         self.rate = rate
         self.burst = burst
         self.max_keys = max_keys
@@ -60,7 +69,7 @@ class MemoryRateLimiter:
         self._lock = threading.Lock()
 
     async def hit(self, key: str) -> Decision:
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             tokens, last = self._buckets.get(key, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - last) * self.rate)

@@ -1,0 +1,97 @@
+"""503 with Retry-After, never a hang or a trace, when PostgreSQL cannot be reached.
+
+SQLite is a file in the process: it has no "unreachable" state, so these run on
+PostgreSQL only, against a database of their own whose connections they cut and restore.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from starlette.testclient import TestClient
+
+from headwater.config import Settings
+from headwater.main import create_app
+from tests.conftest import OPERATOR_ID, OPERATOR_SECRET, PG_ADMIN_URL, assert_problem, auth
+
+
+def _admin(sql: str) -> None:
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@pytest.fixture
+def own_database() -> Iterator[str]:
+    name = f"hw_down_{os.getpid()}_{secrets.token_hex(4)}"
+    _admin(f'CREATE DATABASE "{name}"')
+    yield name
+    _admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _settings(tmp_path: Path, url: str) -> Settings:
+    return Settings(
+        data_dir=tmp_path,
+        database_url=url,
+        bootstrap_client_id=OPERATOR_ID,
+        bootstrap_client_secret=OPERATOR_SECRET,
+        public_url="http://testserver",
+        worker_enabled=False,
+        db_connect_timeout_seconds=1,
+        log_level="CRITICAL",
+    )
+
+
+def test_lost_database_answers_503_then_recovers(tmp_path: Path, own_database: str) -> None:
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + own_database
+    with TestClient(create_app(_settings(tmp_path, url))) as client:
+        token = client.post(
+            "/oauth/token",
+            json={
+                "client_id": OPERATOR_ID,
+                "client_secret": OPERATOR_SECRET,
+                "audience": "headwater-api",
+            },
+        ).json()["access_token"]
+        assert client.get("/admin/v1/companies", headers=auth(token)).status_code == 200
+
+        _admin(f'ALTER DATABASE "{own_database}" ALLOW_CONNECTIONS false')
+        _admin(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE datname = '{own_database}'"
+        )
+
+        assert client.get("/healthz").status_code == 200
+        ready = client.get("/readyz")
+        assert_problem(ready, 503)
+        assert ready.headers["retry-after"] == "5"
+        listed = client.get("/admin/v1/companies", headers=auth(token))
+        assert_problem(listed, 503, "database_unavailable")
+        assert listed.headers["retry-after"] == "5"
+        created = client.post("/admin/v1/companies", json={"name": "x"}, headers=auth(token))
+        assert_problem(created, 503, "database_unavailable")
+
+        _admin(f'ALTER DATABASE "{own_database}" ALLOW_CONNECTIONS true')
+        assert client.get("/readyz").status_code == 200
+        assert client.get("/admin/v1/companies", headers=auth(token)).status_code == 200
+
+
+def test_database_down_at_start_does_not_stop_the_service(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, "postgresql://127.0.0.1:1/nothing")
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").status_code == 200
+        assert_problem(client.get("/readyz"), 503)
+        response = client.post(
+            "/oauth/token",
+            json={
+                "client_id": OPERATOR_ID,
+                "client_secret": OPERATOR_SECRET,
+                "audience": "headwater-api",
+            },
+        )
+        assert_problem(response, 503, "database_unavailable")

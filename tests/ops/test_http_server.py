@@ -1,0 +1,182 @@
+"""Behaviour about HTTP itself, through a real server process over real sockets."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.http_server import running_server
+
+pytestmark = pytest.mark.http
+
+SECRET = "http-test-operator-secret"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("http")
+
+
+@pytest.fixture(scope="module")
+def server(data_dir: Path) -> Iterator[str]:
+    data = data_dir
+    env = {
+        "HEADWATER_DATA_DIR": str(data),
+        "HEADWATER_BOOTSTRAP_CLIENT_ID": "op",
+        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": SECRET,
+    }
+    with running_server(env) as base:
+        yield base
+
+
+def _raw(base: str, request: bytes, body_chunks: Iterator[bytes]) -> tuple[bytes, int]:
+    """Send a request by hand; return the response and how many body bytes were sent."""
+    host, port = base.removeprefix("http://").split(":")
+    sent = 0
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        try:
+            for chunk in body_chunks:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server closed the connection after refusing the body
+        sock.settimeout(10)
+        response = b""
+        while b"\r\n\r\n" not in response:
+            data = sock.recv(65536)
+            if not data:
+                break
+            response += data
+        return response, sent
+
+
+def test_one_gib_declared_body_is_refused_without_reading_it(server: str) -> None:
+    gib = 1024**3
+    request = (
+        b"POST /admin/v1/companies HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\n" + f"Content-Length: {gib}\r\n\r\n".encode()
+    )
+
+    def body() -> Iterator[bytes]:
+        chunk = b"x" * 65536
+        for _ in range(gib // len(chunk)):
+            yield chunk
+
+    response, sent = _raw(server, request, body())
+    assert response.startswith(b"HTTP/1.1 413"), response[:200]
+    assert b"application/problem+json" in response
+    assert sent < gib  # the server answered and closed before the client could send it all
+
+
+def test_chunked_body_over_the_limit_is_refused_while_reading(server: str) -> None:
+    request = (
+        b"POST /admin/v1/companies HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+
+    def body() -> Iterator[bytes]:
+        chunk = b"x" * 65536
+        for _ in range(200):  # 12.5 MiB, over the 5 MiB default
+            yield f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
+        yield b"0\r\n\r\n"
+
+    response, _ = _raw(server, request, body())
+    assert response.startswith(b"HTTP/1.1 413"), response[:200]
+
+
+def test_token_and_call_over_real_http(server: str) -> None:
+    token = httpx.post(
+        server + "/oauth/token",
+        data={
+            "grant_type": "client_credentials",
+            "client_id": "op",
+            "client_secret": SECRET,
+            "audience": "headwater-api",
+        },
+    ).json()["access_token"]
+    response = httpx.get(
+        server + "/admin/v1/companies",
+        headers={"Authorization": f"Bearer {token}", "X-Request-ID": "r-1"},
+    )
+    assert response.status_code == 200
+    assert response.headers["x-request-id"] == "r-1"
+    assert "ratelimit-remaining" in response.headers
+
+
+def test_logs_are_json_with_request_id_and_no_secrets(server: str, data_dir: Path) -> None:
+    token = httpx.post(
+        server + "/oauth/token",
+        json={"client_id": "op", "client_secret": SECRET, "audience": "headwater-api"},
+    ).json()
+    httpx.get(
+        server + "/platform/v1/whoami",
+        headers={"Authorization": f"Bearer {token['access_token']}", "X-Request-ID": "log-check-1"},
+    )
+    time.sleep(0.2)  # let the server flush its log line
+    text = (data_dir / "server.log").read_text()
+    assert SECRET not in text
+    assert token["access_token"] not in text
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    mine = [e for e in lines if e.get("request_id") == "log-check-1"]
+    assert mine and mine[0]["route"] == "/platform/v1/whoami" and mine[0]["status"] == 200
+    assert mine[0]["subject"] == "op"
+
+
+def test_cli_operator_commands(tmp_path: Path) -> None:
+    env = {"HEADWATER_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "headwater.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr + done.stdout
+        return done.stdout
+
+    company = json.loads(run("companies", "create", "Acme"))
+    client = json.loads(run("clients", "create", company["id"], "acme-crm", "CRM"))
+    assert client["company_id"] == company["id"]
+    cred = json.loads(
+        run(
+            "credentials",
+            "create",
+            "sync",
+            "--company-id",
+            company["id"],
+            "--scope",
+            "data:write",
+            "--client-id",
+            "acme-crm",
+        )
+    )
+    assert cred["client_secret"] and cred["client_ids"] == ["acme-crm"]
+    run("keys", "rotate")
+    run("keys", "rotate")
+    keys = json.loads(run("keys", "list"))
+    assert len(keys) == 2
+    refused = subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "keys", "remove", keys[0]["kid"]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "current signing key" in refused.stderr and "Traceback" not in refused.stderr
+    run("keys", "remove", keys[1]["kid"])
+    assert [k["kid"] for k in json.loads(run("keys", "list"))] == [keys[0]["kid"]]
+    assert "revoked" in run("credentials", "revoke", cred["client_id"])

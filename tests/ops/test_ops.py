@@ -1,0 +1,83 @@
+"""Health, readiness, metrics, OpenAPI and the offline docs page."""
+
+from __future__ import annotations
+
+from starlette.testclient import TestClient
+
+from tests.conftest import auth
+
+
+def test_healthz_and_readyz(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"]["database"] == "ok"
+
+
+def test_metrics_count_requests_by_route_and_status(client: TestClient, company_token: str) -> None:
+    client.get("/platform/v1/whoami", headers=auth(company_token))
+    client.get("/platform/v1/whoami")
+    text = client.get("/metrics").text
+    assert (
+        'headwater_http_requests_total{method="GET",route="/platform/v1/whoami",status="200"}'
+        in text
+    )
+    assert 'route="/platform/v1/whoami",status="401"' in text
+    assert (
+        'headwater_http_request_duration_seconds_bucket{le="0.005",method="GET",'
+        'route="/platform/v1/whoami"}' in text
+    )
+
+
+def test_unmatched_paths_share_one_metrics_label(client: TestClient) -> None:
+    client.get("/random/a1")
+    client.get("/random/b2")
+    text = client.get("/metrics").text
+    assert "/random/a1" not in text
+    assert 'route="unmatched",status="404"' in text
+
+
+def test_openapi_is_complete(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    paths = spec["paths"]
+    for path in [
+        "/oauth/token",
+        "/.well-known/jwks.json",
+        "/admin/v1/companies",
+        "/admin/v1/companies/{company_id}/clients",
+        "/admin/v1/companies/{company_id}/credentials",
+        "/admin/v1/credentials/{client_id}",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ]:
+        assert path in paths, path
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes["oauth2"]["flows"]["clientCredentials"]["tokenUrl"] == "/oauth/token"
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            assert "422" not in responses, (path, method)
+            for status, response in responses.items():
+                if status.startswith(("4", "5")) and path != "/oauth/token":
+                    example = response["content"]["application/problem+json"]["example"]
+                    assert example["status"] == int(status)
+            if operation.get("security"):
+                assert {"401", "403", "429"} <= set(responses), (path, method)
+    create = paths["/admin/v1/companies"]["post"]
+    assert create["requestBody"]["content"]["application/json"]["schema"]
+    token = paths["/oauth/token"]["post"]
+    assert {"application/json", "application/x-www-form-urlencoded"} <= set(
+        token["requestBody"]["content"]
+    )
+    assert {"400", "401", "403"} <= set(token["responses"])
+
+
+def test_docs_page_is_served_with_its_own_assets(client: TestClient) -> None:
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assert "/docs/assets/swagger-ui-bundle.js" in page.text
+    assert "cdn" not in page.text.lower()
+    js = client.get("/docs/assets/swagger-ui-bundle.js")
+    assert js.status_code == 200 and len(js.content) > 100_000
+    assert client.get("/docs/assets/swagger-ui.css").status_code == 200
