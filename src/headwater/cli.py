@@ -82,6 +82,26 @@ def _multiprocess_metrics(data_dir: object) -> None:
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(directory))
 
 
+@app.command()
+def demo(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+) -> None:
+    """Seed a demo company, client and credentials, print how to call the API, and serve."""
+    from headwater import demo as demo_data
+
+    os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
+    get_settings.cache_clear()
+    settings = get_settings()
+    with _database().session() as session:
+        data = demo_data.seed(session)
+    out.print(
+        demo_data.instructions(data, base_url=settings.public_url, audience=settings.audience),
+        highlight=False, soft_wrap=True,
+    )
+    serve(host=host, port=port, workers=1)
+
+
 @app.command("worker")
 def run_worker() -> None:
     """Run only the background worker (production: separate from the API processes)."""

@@ -102,10 +102,13 @@ def start(runtime: Runtime) -> None:
             migrations.upgrade(settings)
         with runtime.db.session() as session:
             if settings.bootstrap_client_id and settings.bootstrap_client_secret:
-                identity.ensure_bootstrap_credential(
+                identity.ensure_credential(
                     session,
                     client_id=settings.bootstrap_client_id,
                     client_secret=settings.bootstrap_client_secret,
+                    name="bootstrap operator",
+                    company_id=None,
+                    scopes=["admin"],
                 )
             if settings.embedded_idp_enabled:
                 identity.current_signing_key(session, passphrase=settings.signing_key_passphrase)

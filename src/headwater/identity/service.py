@@ -201,28 +201,34 @@ def revoke_credential(session: Session, client_id: str) -> None:
     session.commit()
 
 
-def ensure_bootstrap_credential(session: Session, *, client_id: str, client_secret: str) -> None:
-    """Create the operator credential of HEADWATER_BOOTSTRAP_*, or reset it to that secret."""
+def ensure_credential(
+    session: Session,
+    *,
+    client_id: str,
+    client_secret: str,
+    name: str,
+    company_id: uuid.UUID | None,
+    scopes: Sequence[str],
+    client_ids: Sequence[str] = (),
+) -> Credential:
+    """Create a credential with this id and secret, or reset an existing one to them."""
     credential = session.get(Credential, client_id)
     if credential is None:
-        create_credential(
-            session,
-            company_id=None,
-            name="bootstrap operator",
-            scopes=["admin"],
-            client_id=client_id,
-            client_secret=client_secret,
-        )
-        return
-    if credential.company_id is not None:
+        return create_credential(
+            session, company_id=company_id, name=name, scopes=scopes, client_ids=client_ids,
+            client_id=client_id, client_secret=client_secret,
+        ).credential
+    if credential.company_id != company_id:
         raise InvalidCredentialRequest(
-            f"The bootstrap client id {client_id!r} belongs to a company credential."
+            f"The credential {client_id!r} belongs to another company or is an operator's."
         )
     if not verify_secret(credential.secret_hash, client_secret):
         credential.secret_hash = hash_secret(client_secret)
-    credential.scopes = ["admin"]
+    credential.scopes = sorted(set(scopes))
+    credential.client_ids = list(dict.fromkeys(client_ids))
     credential.revoked_at = None
     session.commit()
+    return credential
 
 
 # --- signing keys ------------------------------------------------------------------------

@@ -41,7 +41,8 @@ class Page(BaseModel, Generic[T]):
     data: list[T]
 
     @classmethod
-    def of(cls, items: Sequence[T], *, params: PageParams, total: int) -> Page[T]:
+    def of(cls, items: Sequence[Any], *, params: PageParams, total: int) -> Page[T]:
+        """A page of `items`: models, or rows the item model validates from attributes."""
         return cls(
             page_number=params.page,
             page_size=params.page_size,

@@ -1,0 +1,82 @@
+"""Demo data for `headwater demo`: a company, an ingestion client and two credentials."""
+
+# ruff: noqa: E501 - the printed curl lines are meant to be copied whole
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from headwater.identity import service as identity
+from headwater.identity.models import Company, IngestionClient
+from headwater.identity.secrets import new_secret
+from headwater.identity.tokens import COMPANY_SCOPES
+
+DEMO_COMPANY = "Demo Company"
+DEMO_CLIENT = "demo-crm"
+DEMO_CREDENTIAL = "demo-client"
+DEMO_OPERATOR = "demo-operator"
+
+
+@dataclass(frozen=True)
+class DemoData:
+    company_id: uuid.UUID
+    ingestion_client: str
+    client_id: str
+    client_secret: str
+    operator_id: str
+    operator_secret: str
+
+
+def seed(session: Session) -> DemoData:
+    """Create the demo tenant once; give both demo credentials a fresh secret every time."""
+    company = session.scalars(select(Company).where(Company.name == DEMO_COMPANY)).first()
+    if company is None:
+        company = identity.create_company(session, name=DEMO_COMPANY)
+    if session.get(IngestionClient, DEMO_CLIENT) is None:
+        identity.create_client(
+            session, company_id=company.id, client_id=DEMO_CLIENT, name="Demo CRM export"
+        )
+    secret, operator_secret = new_secret(), new_secret()
+    identity.ensure_credential(
+        session, client_id=DEMO_CREDENTIAL, client_secret=secret, name="demo",
+        company_id=company.id, scopes=sorted(COMPANY_SCOPES), client_ids=[DEMO_CLIENT],
+    )
+    identity.ensure_credential(
+        session, client_id=DEMO_OPERATOR, client_secret=operator_secret, name="demo operator",
+        company_id=None, scopes=["admin"],
+    )
+    return DemoData(
+        company_id=company.id, ingestion_client=DEMO_CLIENT, client_id=DEMO_CREDENTIAL,
+        client_secret=secret, operator_id=DEMO_OPERATOR, operator_secret=operator_secret,
+    )
+
+
+def instructions(data: DemoData, *, base_url: str, audience: str) -> str:
+    """A copy-paste curl sequence that gets a token and calls the API."""
+    return f"""
+Headwater is starting at {base_url} (SQLite and files under ./headwater-data).
+
+Demo company {data.company_id}, ingestion client {data.ingestion_client}.
+Company credential:  client_id={data.client_id}  client_secret={data.client_secret}
+Operator credential: client_id={data.operator_id}  client_secret={data.operator_secret}
+(These secrets are shown once; running the demo again makes new ones.)
+
+Copy and paste, in another terminal:
+
+  TOKEN=$(curl -s {base_url}/oauth/token -H 'Content-Type: application/json' \\
+    -d '{{"client_id": "{data.client_id}", "client_secret": "{data.client_secret}", "audience": "{audience}"}}' \\
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+  curl -s {base_url}/platform/v1/whoami -H "Authorization: Bearer $TOKEN"; echo
+
+  OPERATOR=$(curl -s {base_url}/oauth/token -u '{data.operator_id}:{data.operator_secret}' \\
+    -d grant_type=client_credentials -d audience={audience} \\
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+  curl -s {base_url}/admin/v1/companies/{data.company_id}/clients -H "Authorization: Bearer $OPERATOR"; echo
+
+Interactive API docs: {base_url}/docs    OpenAPI: {base_url}/openapi.json
+Stop with Ctrl-C.
+"""
