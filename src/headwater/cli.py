@@ -97,7 +97,8 @@ def demo(
         data = demo_data.seed(session)
     out.print(
         demo_data.instructions(data, base_url=settings.public_url, audience=settings.audience),
-        highlight=False, soft_wrap=True,
+        highlight=False,
+        soft_wrap=True,
     )
     serve(host=host, port=port, workers=1)
 

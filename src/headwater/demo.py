@@ -42,16 +42,29 @@ def seed(session: Session) -> DemoData:
         )
     secret, operator_secret = new_secret(), new_secret()
     identity.ensure_credential(
-        session, client_id=DEMO_CREDENTIAL, client_secret=secret, name="demo",
-        company_id=company.id, scopes=sorted(COMPANY_SCOPES), client_ids=[DEMO_CLIENT],
+        session,
+        client_id=DEMO_CREDENTIAL,
+        client_secret=secret,
+        name="demo",
+        company_id=company.id,
+        scopes=sorted(COMPANY_SCOPES),
+        client_ids=[DEMO_CLIENT],
     )
     identity.ensure_credential(
-        session, client_id=DEMO_OPERATOR, client_secret=operator_secret, name="demo operator",
-        company_id=None, scopes=["admin"],
+        session,
+        client_id=DEMO_OPERATOR,
+        client_secret=operator_secret,
+        name="demo operator",
+        company_id=None,
+        scopes=["admin"],
     )
     return DemoData(
-        company_id=company.id, ingestion_client=DEMO_CLIENT, client_id=DEMO_CREDENTIAL,
-        client_secret=secret, operator_id=DEMO_OPERATOR, operator_secret=operator_secret,
+        company_id=company.id,
+        ingestion_client=DEMO_CLIENT,
+        client_id=DEMO_CREDENTIAL,
+        client_secret=secret,
+        operator_id=DEMO_OPERATOR,
+        operator_secret=operator_secret,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request, Response, Security
+from fastapi import Depends, Request, Security
 from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
 from fastapi.security import OAuth2, SecurityScopes
 from sqlalchemy.orm import Session
@@ -47,10 +47,13 @@ SessionDep = Annotated[Session, Depends(get_session)]
 async def principal(
     security_scopes: SecurityScopes,
     request: Request,
-    response: Response,
     authorization: Annotated[str | None, Depends(oauth2)],
 ) -> Principal:
-    """Verify the bearer token (no database access), rate-limit its credential, check scopes."""
+    """Verify the bearer token (no database access), rate-limit its credential, check scopes.
+
+    The rate-limit decision goes into the request state; the observability middleware
+    writes its RateLimit-* fields on whatever response the request ends with.
+    """
     if not authorization:
         raise MissingToken()
     scheme, _, token = authorization.partition(" ")
@@ -61,11 +64,9 @@ async def principal(
     caller = await runtime.verifier.verify(token)
     request.state.subject = caller.subject
     decision = await runtime.limiter.hit("credential:" + caller.subject)
+    request.state.rate_limit = decision
     if not decision.allowed:
-        raise RateLimited(
-            f"Rate limit exceeded; retry in {decision.retry_after} s.", headers=decision.headers()
-        )
-    response.headers.update(decision.headers())
+        raise RateLimited(f"Rate limit exceeded; retry in {decision.retry_after} s.")
     missing = [s for s in security_scopes.scopes if s not in caller.scopes]
     if missing:
         raise InsufficientScope(missing)

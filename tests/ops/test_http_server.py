@@ -180,3 +180,50 @@ def test_cli_operator_commands(tmp_path: Path) -> None:
     run("keys", "remove", keys[1]["kid"])
     assert [k["kid"] for k in json.loads(run("keys", "list"))] == [keys[0]["kid"]]
     assert "revoked" in run("credentials", "revoke", cred["client_id"])
+
+
+def test_demo_prints_a_curl_sequence_that_works(tmp_path: Path) -> None:
+    from tests.http_server import free_port
+
+    port = free_port()
+    env = {
+        "HEADWATER_DATA_DIR": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+        "HEADWATER_WORKER_INTERVAL_SECONDS": "3600",
+    }
+    log = tmp_path / "demo.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli", "demo", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    assert process.poll() is None, log.read_text()
+                    assert time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.2)
+            printed = log.read_text()
+            commands = printed.split("Copy and paste, in another terminal:")[1]
+            commands = commands.split("Interactive API docs")[0]
+            done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", commands],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+    assert done.returncode == 0, done.stderr
+    whoami, clients = (json.loads(line) for line in done.stdout.strip().splitlines())
+    assert whoami["subject"] == "demo-client"
+    assert whoami["client_ids"] == ["demo-crm"]
+    assert clients["data"][0]["client_id"] == "demo-crm"

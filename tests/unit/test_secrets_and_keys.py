@@ -64,8 +64,15 @@ def test_generated_key_round_trips_with_passphrase() -> None:
 
 def test_public_keys_skips_unusable_entries() -> None:
     _, _, jwk = keyring.generate_rsa_key(None)
-    document = {"keys": [jwk, {"kty": "RSA"}, {"kid": "enc", "use": "enc", **jwk},
-                         {"kid": "hs", "kty": "oct", "k": "c2VjcmV0", "alg": "HS256"}, "x"]}
+    document = {
+        "keys": [
+            jwk,
+            {"kty": "RSA"},
+            {"kid": "enc", "use": "enc", **jwk},
+            {"kid": "hs", "kty": "oct", "k": "c2VjcmV0", "alg": "HS256"},
+            "x",
+        ]
+    }
     assert list(keyring.public_keys(document, ["RS256"])) == [jwk["kid"]]
 
 

@@ -93,6 +93,7 @@ class KeyCache:
         self._max_age = max_age
         self._keys: dict[str, jwt.PyJWK] = {}
         self._loaded_at = float("-inf")
+        self.generation = 0  # bumped whenever the set of keys changes
         self._lock = asyncio.Lock()
 
     async def get(self, kid: str) -> jwt.PyJWK | None:
@@ -113,7 +114,7 @@ class KeyCache:
             if time.monotonic() - self._loaded_at < if_older_than:
                 return  # another request refreshed while we waited
             try:
-                self._keys = await self._load()
+                self._replace(await self._load())
             except Exception as exc:  # a key source is remote: any failure is survivable
                 log.warning("verification keys not refreshed", error=type(exc).__name__)
             finally:
@@ -123,8 +124,13 @@ class KeyCache:
     def remember(self, jwk: Mapping[str, Any]) -> None:
         """Hold a key this process has just signed with, before any refresh would find it."""
         if jwk["kid"] not in self._keys:
-            self._keys = {**self._keys, **public_keys({"keys": [jwk]}, [ALGORITHM])}
+            self._replace({**self._keys, **public_keys({"keys": [jwk]}, [ALGORITHM])})
 
     def prime(self, keys: dict[str, jwt.PyJWK]) -> None:
-        self._keys = keys
+        self._replace(keys)
         self._loaded_at = time.monotonic()
+
+    def _replace(self, keys: dict[str, jwt.PyJWK]) -> None:
+        if keys.keys() != self._keys.keys():
+            self.generation += 1
+        self._keys = keys

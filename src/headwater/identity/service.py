@@ -215,8 +215,13 @@ def ensure_credential(
     credential = session.get(Credential, client_id)
     if credential is None:
         return create_credential(
-            session, company_id=company_id, name=name, scopes=scopes, client_ids=client_ids,
-            client_id=client_id, client_secret=client_secret,
+            session,
+            company_id=company_id,
+            name=name,
+            scopes=scopes,
+            client_ids=client_ids,
+            client_id=client_id,
+            client_secret=client_secret,
         ).credential
     if credential.company_id != company_id:
         raise InvalidCredentialRequest(

@@ -24,6 +24,7 @@ SCOPES: dict[str, str] = {
 }
 COMPANY_SCOPES = frozenset(SCOPES) - {"admin"}
 GRANT_TYPE = "client_credentials"
+VERIFIED_CACHE_SIZE = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,14 @@ class Principal:
     def may_use_client(self, client_id: str) -> bool:
         """An empty list of ingestion clients means all of the company's."""
         return not self.client_ids or client_id in self.client_ids
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    principal: Principal
+    not_before: float
+    expires: float
+    generation: int
 
 
 def sign_token(
@@ -106,8 +115,32 @@ class TokenVerifier:
         self.algorithms = [a for a in algorithms if not a.upper().startswith(("HS", "NONE"))]
         self.claim_map = dict(claim_map)
         self.leeway = leeway
+        self._verified: dict[str, _Verified] = {}
 
     async def verify(self, token: str) -> Principal:
+        """The principal of a valid token; raises InvalidToken otherwise.
+
+        A token that verified before is answered from memory while its time window holds
+        and the key set is unchanged: the signature over the same bytes cannot change.
+        """
+        hit = self._verified.get(token)
+        if hit is not None and hit.generation == self.keys.generation:
+            now = time.time()
+            if hit.not_before - self.leeway <= now <= hit.expires + self.leeway:
+                return hit.principal
+            del self._verified[token]
+        principal, claims = await self._verify(token)
+        if len(self._verified) >= VERIFIED_CACHE_SIZE:
+            del self._verified[next(iter(self._verified))]  # the oldest entry
+        self._verified[token] = _Verified(
+            principal=principal,
+            not_before=float(max(claims.get("nbf", 0), claims["iat"])),
+            expires=float(claims["exp"]),
+            generation=self.keys.generation,
+        )
+        return principal
+
+    async def _verify(self, token: str) -> tuple[Principal, dict[str, Any]]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -139,7 +172,7 @@ class TokenVerifier:
                 "The token is invalid.",
             )
             raise InvalidToken(detail) from None
-        return self._principal(claims)
+        return self._principal(claims), claims
 
     def _claim(self, claims: Mapping[str, Any], name: str) -> Any:
         return claims.get(self.claim_map.get(name, name))

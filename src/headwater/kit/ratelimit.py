@@ -22,16 +22,19 @@ class Decision:
     reset_seconds: int
     retry_after: int
 
-    def headers(self) -> dict[str, str]:
-        """IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers)."""
-        headers = {
-            "RateLimit-Limit": str(self.limit),
-            "RateLimit-Remaining": str(self.remaining),
-            "RateLimit-Reset": str(self.reset_seconds),
-        }
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers), as ASGI pairs."""
+        headers = [
+            (b"ratelimit-limit", str(self.limit).encode()),
+            (b"ratelimit-remaining", str(self.remaining).encode()),
+            (b"ratelimit-reset", str(self.reset_seconds).encode()),
+        ]
         if not self.allowed:
-            headers["Retry-After"] = str(self.retry_after)
+            headers.append((b"retry-after", str(self.retry_after).encode()))
         return headers
+
+    def headers(self) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.raw_headers()}
 
 
 class RateLimiter(Protocol):

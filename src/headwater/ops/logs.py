@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from functools import lru_cache
 from typing import Any
 
 import structlog
@@ -20,11 +21,16 @@ def _add_request_id(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str
     return event
 
 
+@lru_cache(maxsize=1024)
+def _is_secret_name(key: str) -> bool:
+    lowered = key.lower()
+    return any(word in lowered for word in _REDACT)
+
+
 def _redact(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
     """Last line of defence: no field named like a secret leaves the process."""
-    for key in list(event):
-        if any(word in key.lower() for word in _REDACT):
-            event[key] = "[redacted]"
+    for key in [k for k in event if _is_secret_name(k)]:
+        event[key] = "[redacted]"
     return event
 
 
@@ -39,7 +45,11 @@ def configure_logging(*, level: str = "INFO", json: bool = True) -> None:
     ]
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,

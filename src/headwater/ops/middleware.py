@@ -46,10 +46,11 @@ class ObservabilityMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [
-                    *message.get("headers", []),
-                    (b"x-request-id", request_id.encode()),
-                ]
+                headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                decision = (scope.get("state") or {}).get("rate_limit")
+                if decision is not None:
+                    headers += decision.raw_headers()
+                message["headers"] = headers
             await send(message)
 
         try:
