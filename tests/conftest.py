@@ -101,9 +101,14 @@ def make_client(base_settings: dict[str, Any]) -> Iterator[Callable[..., TestCli
 # --- factories: plain functions over the HTTP API ---------------------------------------
 
 
-def get_token(client: TestClient, client_id: str, client_secret: str, **extra: str) -> str:
+def request_token(client: TestClient, client_id: str, client_secret: str, **extra: str) -> Any:
+    """POST /oauth/token as JSON; `extra` adds or overrides members (audience, scope...)."""
     body = {"client_id": client_id, "client_secret": client_secret, "audience": AUDIENCE}
-    response = client.post("/oauth/token", json=body | extra)
+    return client.post("/oauth/token", json=body | extra)
+
+
+def get_token(client: TestClient, client_id: str, client_secret: str, **extra: str) -> str:
+    response = request_token(client, client_id, client_secret, **extra)
     assert response.status_code == 200, response.text
     return str(response.json()["access_token"])
 

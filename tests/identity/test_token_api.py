@@ -19,6 +19,7 @@ from tests.conftest import (
     auth,
     create_credential,
     get_token,
+    request_token,
 )
 
 
@@ -35,14 +36,11 @@ def _oauth_error(response: Any, status: int, error: str) -> None:
 def test_json_request_answers_a_bearer_jwt(
     client: TestClient, credential: dict[str, Any], company: str
 ) -> None:
-    response = client.post(
-        "/oauth/token",
-        json={
-            "client_id": credential["client_id"],
-            "client_secret": credential["client_secret"],
-            "audience": AUDIENCE,
-            "grant_type": "client_credentials",
-        },
+    response = request_token(
+        client,
+        credential["client_id"],
+        credential["client_secret"],
+        grant_type="client_credentials",
     )
     assert response.status_code == 200
     assert response.headers["cache-control"] == "no-store"
@@ -157,13 +155,8 @@ def test_malformed_bodies_are_invalid_request(
 
 
 def test_foreign_audience_is_access_denied(client: TestClient, credential: dict[str, Any]) -> None:
-    response = client.post(
-        "/oauth/token",
-        json={
-            "client_id": credential["client_id"],
-            "client_secret": credential["client_secret"],
-            "audience": "someone-else",
-        },
+    response = request_token(
+        client, credential["client_id"], credential["client_secret"], audience="someone-else"
     )
     _oauth_error(response, 403, "access_denied")
 
@@ -181,14 +174,8 @@ def test_scope_narrows_the_token(client: TestClient, credential: dict[str, Any])
 def test_scope_not_granted_is_invalid_scope(
     client: TestClient, credential: dict[str, Any], scope: str
 ) -> None:
-    response = client.post(
-        "/oauth/token",
-        json={
-            "client_id": credential["client_id"],
-            "client_secret": credential["client_secret"],
-            "audience": AUDIENCE,
-            "scope": scope,
-        },
+    response = request_token(
+        client, credential["client_id"], credential["client_secret"], scope=scope
     )
     _oauth_error(response, 400, "invalid_scope")
 
@@ -201,14 +188,7 @@ def test_revoked_credential_gets_no_token(
         client.delete(f"/admin/v1/credentials/{credential['client_id']}", headers=admin).status_code
         == 204
     )
-    response = client.post(
-        "/oauth/token",
-        json={
-            "client_id": credential["client_id"],
-            "client_secret": credential["client_secret"],
-            "audience": AUDIENCE,
-        },
-    )
+    response = request_token(client, credential["client_id"], credential["client_secret"])
     _oauth_error(response, 401, "invalid_client")
 
 
@@ -216,14 +196,7 @@ def test_revoked_company_credentials_get_no_token(
     client: TestClient, admin: dict[str, str], company: str, credential: dict[str, Any]
 ) -> None:
     assert client.delete(f"/admin/v1/companies/{company}", headers=admin).status_code == 204
-    response = client.post(
-        "/oauth/token",
-        json={
-            "client_id": credential["client_id"],
-            "client_secret": credential["client_secret"],
-            "audience": AUDIENCE,
-        },
-    )
+    response = request_token(client, credential["client_id"], credential["client_secret"])
     _oauth_error(response, 401, "invalid_client")
 
 

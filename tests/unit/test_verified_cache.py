@@ -25,15 +25,26 @@ def _setup() -> tuple[TokenVerifier, keyring.KeyCache, Any, str, dict[str, Any]]
         return keyring.public_keys(held, ["RS256"])
 
     cache = keyring.KeyCache(load, min_refresh=0, max_age=3600)
-    verifier = TokenVerifier(keys=cache, issuer="iss", audience="aud", algorithms=["RS256"],
-                             claim_map={}, leeway=60)
+    verifier = TokenVerifier(
+        keys=cache, issuer="iss", audience="aud", algorithms=["RS256"], claim_map={}, leeway=60
+    )
     return verifier, cache, private, kid, held
 
 
 def _token(private: Any, kid: str, lifetime: int = 600) -> str:
-    return sign_token(private_key=private, kid=kid, algorithm="RS256", issuer="iss",
-                      audience="aud", subject="s", scopes=["data:read"], company_id=None,
-                      client_ids=[], author_id=uuid.uuid4(), lifetime=lifetime)
+    return sign_token(
+        private_key=private,
+        kid=kid,
+        algorithm="RS256",
+        issuer="iss",
+        audience="aud",
+        subject="s",
+        scopes=["data:read"],
+        company_id=None,
+        client_ids=[],
+        author_id=uuid.uuid4(),
+        lifetime=lifetime,
+    )
 
 
 def test_cached_token_expires_at_exp_plus_leeway(monkeypatch: pytest.MonkeyPatch) -> None:
