@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Engine, MetaData, create_engine, event, text
+from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
@@ -51,6 +51,8 @@ class Base(DeclarativeBase):
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # We emit BEGIN ourselves (below), so the driver must not.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
@@ -59,12 +61,23 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _sqlite_begin_immediate(connection: Connection) -> None:
+    """Take SQLite's write lock when a transaction starts, not at its first write.
+
+    A deferred transaction that reads and then writes fails at once with "database is
+    locked" when another writer got in between; an immediate one waits (busy_timeout).
+    SQLite has one writer at a time in any case.
+    """
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 def make_engine(settings: Settings) -> Engine:
     url = settings.sqlalchemy_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False}, pool_size=8)
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin_immediate)
         return engine
     return create_engine(
         url,

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from headwater import errors, worker
+from headwater.activity import router as activity_router
 from headwater.config import Settings, get_settings
 from headwater.identity import router as identity_router
 from headwater.identity import token_router
@@ -24,6 +25,7 @@ from headwater.ops.logs import configure_logging
 from headwater.ops.middleware import BodyLimitMiddleware, ObservabilityMiddleware
 from headwater.ops.openapi import build_openapi
 from headwater.runtime import build_runtime, start
+from headwater.workflows import router as workflows_router
 
 VERSION = "0.1.0"
 
@@ -72,6 +74,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(token_router.router)
     app.include_router(identity_router.token_info)
     app.include_router(identity_router.router)
+    app.include_router(workflows_router.router)
+    app.include_router(activity_router.router)
     app.include_router(ops_router.router)
     app.mount("/docs/assets", ops_router.docs_assets, name="docs-assets")
 

@@ -4,4 +4,6 @@ from __future__ import annotations
 
 
 def load_all() -> None:
-    import headwater.identity.models  # noqa: F401
+    import headwater.activity.models
+    import headwater.identity.models
+    import headwater.workflows.models  # noqa: F401

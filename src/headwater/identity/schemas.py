@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints
 
 from headwater.identity.tokens import COMPANY_SCOPES
 from headwater.kit.clock import Timestamp
+from headwater.kit.schemas import Input, Output
 
 ClientId = Annotated[
     str,
@@ -19,14 +20,6 @@ ClientId = Annotated[
 ]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 CompanyScope = Literal[tuple(sorted(COMPANY_SCOPES))]  # type: ignore[valid-type]
-
-
-class Input(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Output(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
 
 
 class CompanyCreate(Input):

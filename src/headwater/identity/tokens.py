@@ -11,8 +11,9 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
-from headwater.errors import InvalidToken
+from headwater.errors import Forbidden, InvalidToken
 from headwater.identity.keys import KeyCache
+from headwater.kit.actor import Actor
 
 SCOPES: dict[str, str] = {
     "data:write": "Push records and ask for file upload URLs.",
@@ -40,6 +41,13 @@ class Principal:
     @property
     def is_operator(self) -> bool:
         return "admin" in self.scopes
+
+    @property
+    def actor(self) -> Actor:
+        """The company and author a company-scoped call acts as; operators have none."""
+        if self.company_id is None:
+            raise Forbidden("This call needs a token bound to a company.")
+        return Actor(company_id=self.company_id, author_id=self.author_id)
 
     def may_use_client(self, client_id: str) -> bool:
         """An empty list of ingestion clients means all of the company's."""

@@ -1,0 +1,173 @@
+"""Activity use cases. `record` flushes and never commits: it joins its caller's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from headwater.activity import chain
+from headwater.activity.models import ActivityEntry, ActivityHead
+from headwater.activity.schemas import ActivitySearch
+from headwater.kit.actor import Actor
+from headwater.kit.clock import iso_ms, utcnow_ms
+from headwater.kit.pagination import PageParams, paginate
+
+
+def chain_fields(entry: ActivityEntry) -> dict[str, Any]:
+    """What the chain hash covers: everything the API shows, the id and the company."""
+    return {
+        "id": str(entry.id),
+        "company_id": str(entry.company_id),
+        "resource_type": entry.resource_type,
+        "resource_id": str(entry.resource_id),
+        "author_id": str(entry.author_id),
+        "action": entry.action,
+        "before": entry.before,
+        "after": entry.after,
+        "timestamp": iso_ms(entry.timestamp),
+    }
+
+
+def _locked_head(session: Session, company_id: uuid.UUID) -> ActivityHead:
+    """The company's chain head, created if new, locked until the transaction ends.
+
+    The row lock orders one company's writes; other companies' heads are other rows,
+    so their writes never wait on these.
+    """
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    session.execute(
+        insert(ActivityHead)
+        .values(company_id=company_id, count=0, hash=chain.GENESIS)
+        .on_conflict_do_nothing(index_elements=["company_id"])
+    )
+    return session.scalars(
+        select(ActivityHead)
+        .where(ActivityHead.company_id == company_id)
+        .with_for_update()
+        .execution_options(populate_existing=True)
+    ).one()
+
+
+def record(
+    session: Session,
+    *,
+    actor: Actor,
+    action: str,
+    resource_type: str,
+    resource_id: uuid.UUID,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+) -> ActivityEntry:
+    """Append one entry to the actor's company chain, in the caller's transaction."""
+    head = _locked_head(session, actor.company_id)
+    entry = ActivityEntry(
+        id=uuid.uuid4(),
+        company_id=actor.company_id,
+        seq=head.count + 1,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        author_id=actor.author_id,
+        action=action,
+        before=before,
+        after=after,
+        timestamp=utcnow_ms(),
+        prev_hash=head.hash,
+    )
+    entry.hash = chain.link(head.hash, chain_fields(entry))
+    head.count, head.hash = entry.seq, entry.hash
+    session.add(entry)
+    session.flush()
+    return entry
+
+
+_MATCHED = ("resource_type", "resource_id", "author_id", "action")
+
+
+def search(
+    session: Session, *, company_id: uuid.UUID, query: ActivitySearch
+) -> tuple[Sequence[ActivityEntry], int]:
+    """One page of the company's entries matching the filter; no filter reaches further."""
+    stmt = select(ActivityEntry).where(ActivityEntry.company_id == company_id)
+    f = query.filter
+    if f is not None:
+        for name in _MATCHED:
+            values = getattr(f, name)
+            if values:
+                column = getattr(ActivityEntry, name)
+                stmt = stmt.where(column == values[0] if len(values) == 1 else column.in_(values))
+        if f.timestamp is not None:
+            ts, bounds = ActivityEntry.timestamp, f.timestamp
+            for bound, condition in (
+                (bounds.gt, ts.__gt__),
+                (bounds.gte, ts.__ge__),
+                (bounds.lt, ts.__lt__),
+                (bounds.lte, ts.__le__),
+            ):
+                if bound is not None:
+                    stmt = stmt.where(condition(bound))
+    columns = [getattr(ActivityEntry, query.sort_by)]
+    if query.sort_by != "timestamp":
+        columns.append(ActivityEntry.timestamp)
+    columns.append(ActivityEntry.seq)
+    order = [c.desc() if query.sort_direction == "desc" else c.asc() for c in columns]
+    return paginate(
+        session, stmt, *order, params=PageParams(page=query.page, page_size=query.page_size)
+    )
+
+
+# --- tamper evidence --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verification:
+    company_id: uuid.UUID
+    head: chain.Head
+    finding: chain.Finding | None
+
+
+def checkpoints(session: Session, *, company_id: uuid.UUID | None = None) -> list[ActivityHead]:
+    stmt = select(ActivityHead).order_by(ActivityHead.company_id)
+    if company_id is not None:
+        stmt = stmt.where(ActivityHead.company_id == company_id)
+    return list(session.scalars(stmt))
+
+
+def _links(session: Session, company_id: uuid.UUID) -> Iterator[chain.Link]:
+    rows = session.scalars(
+        select(ActivityEntry)
+        .where(ActivityEntry.company_id == company_id)
+        .order_by(ActivityEntry.seq, ActivityEntry.id)
+        .execution_options(yield_per=2000)
+    )
+    for row in rows:
+        yield chain.Link(
+            seq=row.seq, fields=chain_fields(row), prev_hash=row.prev_hash, hash=row.hash
+        )
+        session.expunge(row)
+
+
+def verify(
+    session: Session, *, company_id: uuid.UUID, checkpoint: chain.Head | None = None
+) -> Verification:
+    """Walk a company's chain; compare its end with the head row and a checkpoint."""
+    reached, finding = chain.walk(_links(session, company_id))
+    if finding is None:
+        head = session.get(ActivityHead, company_id)
+        stored = chain.Head(head.count, head.hash) if head else chain.Head(0, chain.GENESIS)
+        finding = chain.compare(reached, stored, source="the head row", exact=True)
+    if finding is None and checkpoint is not None:
+        finding = chain.compare(reached, checkpoint, source="the checkpoint", exact=False)
+        if finding is None:
+            at = session.scalar(
+                select(ActivityEntry.hash).where(
+                    ActivityEntry.company_id == company_id, ActivityEntry.seq == checkpoint.count
+                )
+            )
+            finding = chain.matches_checkpoint(at, checkpoint)
+    return Verification(company_id=company_id, head=reached, finding=finding)

@@ -1,0 +1,1 @@
+"""Workflow categories, templates, workflows and their tasks (workflow actions)."""

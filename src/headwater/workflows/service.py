@@ -1,0 +1,338 @@
+"""Workflow use cases: one commit each, with its activity entries in the same transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.orm import Session
+
+from headwater.activity import service as activity
+from headwater.kit.actor import Actor
+from headwater.kit.clock import utcnow_ms
+from headwater.kit.pagination import PageParams, paginate
+from headwater.workflows.errors import (
+    CategoryNotFound,
+    IllegalTransition,
+    InUse,
+    NotifyAfterDue,
+    TaskNotFound,
+    TemplateNotFound,
+    UnknownReference,
+    WorkflowNotFound,
+)
+from headwater.workflows.models import (
+    Owned,
+    Workflow,
+    WorkflowCategory,
+    WorkflowTask,
+    WorkflowTemplate,
+)
+from headwater.workflows.schemas import (
+    CategoryCreate,
+    CategoryQuery,
+    CategoryRead,
+    CategoryUpdate,
+    TaskRead,
+    TaskUpdate,
+    TemplateCreate,
+    TemplateQuery,
+    TemplateRead,
+    TemplateUpdate,
+    WorkflowCreate,
+    WorkflowRead,
+    WorkflowUpdate,
+)
+
+TRANSITIONS: dict[str, list[str]] = {
+    "draft": ["active", "cancelled"],
+    "active": ["paused", "completed", "cancelled"],
+    "paused": ["active", "cancelled"],
+    "completed": [],
+    "cancelled": [],
+}
+
+Row = TypeVar("Row", bound=Owned)
+
+# Each audited table: its activity resource type and the API model its snapshots use.
+_AUDIT: dict[type[Owned], tuple[str, type[BaseModel]]] = {
+    WorkflowCategory: ("workflow_category", CategoryRead),
+    WorkflowTemplate: ("workflow_template", TemplateRead),
+    Workflow: ("workflow", WorkflowRead),
+    WorkflowTask: ("workflow_task", TaskRead),
+}
+
+
+def _snapshot(row: Owned) -> dict[str, Any]:
+    """The resource as the API shows it: what `before` and `after` hold."""
+    return _AUDIT[type(row)][1].model_validate(row).model_dump(mode="json")
+
+
+def _audited_create(session: Session, actor: Actor, row: Row) -> Row:
+    now = utcnow_ms()
+    for name, value in (
+        ("id", uuid.uuid4()),
+        ("company_id", actor.company_id),
+        ("created_at", now),
+        ("updated_at", now),
+        ("created_by", actor.author_id),
+        ("updated_by", actor.author_id),
+    ):
+        setattr(row, name, value)
+    session.add(row)
+    session.flush()
+    activity.record(
+        session,
+        actor=actor,
+        action="create",
+        resource_type=_AUDIT[type(row)][0],
+        resource_id=row.id,
+        before=None,
+        after=_snapshot(row),
+    )
+    return row
+
+
+def _audited_update(session: Session, actor: Actor, row: Row, changes: dict[str, Any]) -> Row:
+    before = _snapshot(row)
+    for name, value in changes.items():
+        setattr(row, name, value)
+    row.updated_at = utcnow_ms()
+    row.updated_by = actor.author_id
+    session.flush()
+    activity.record(
+        session,
+        actor=actor,
+        action="update",
+        resource_type=_AUDIT[type(row)][0],
+        resource_id=row.id,
+        before=before,
+        after=_snapshot(row),
+    )
+    return row
+
+
+def _audited_delete(session: Session, actor: Actor, row: Owned) -> None:
+    before = _snapshot(row)
+    session.delete(row)
+    session.flush()
+    activity.record(
+        session,
+        actor=actor,
+        action="delete",
+        resource_type=_AUDIT[type(row)][0],
+        resource_id=row.id,
+        before=before,
+        after=None,
+    )
+
+
+def _owned(
+    session: Session, model: type[Row], company_id: uuid.UUID, row_id: uuid.UUID
+) -> Row | None:
+    """A row of this company, or None: another company's row is as good as missing."""
+    row = session.get(model, row_id)
+    return row if row is not None and row.company_id == company_id else None
+
+
+# --- categories ---------------------------------------------------------------------------
+
+
+def create_category(session: Session, *, actor: Actor, data: CategoryCreate) -> WorkflowCategory:
+    row = _audited_create(session, actor, WorkflowCategory(**data.model_dump()))
+    session.commit()
+    return row
+
+
+def get_category(
+    session: Session, *, company_id: uuid.UUID, category_id: uuid.UUID
+) -> WorkflowCategory:
+    row = _owned(session, WorkflowCategory, company_id, category_id)
+    if row is None:
+        raise CategoryNotFound(f"No workflow category has the id {category_id}.")
+    return row
+
+
+def list_categories(
+    session: Session, *, company_id: uuid.UUID, query: CategoryQuery
+) -> tuple[Sequence[WorkflowCategory], int]:
+    stmt = select(WorkflowCategory).where(WorkflowCategory.company_id == company_id)
+    for name in ("name", "description"):
+        needle = getattr(query, name)
+        if needle:
+            stmt = stmt.where(_icontains(getattr(WorkflowCategory, name), needle))
+    column = getattr(WorkflowCategory, query.sort_by)
+    order = [column, WorkflowCategory.id]
+    if query.sort_direction == "desc":
+        order = [c.desc() for c in order]
+    return paginate(
+        session, stmt, *order, params=PageParams(page=query.page, page_size=query.page_size)
+    )
+
+
+def _icontains(column: Any, needle: str) -> ColumnElement[bool]:
+    """Case-insensitive substring, with LIKE's wildcards in `needle` taken literally.
+
+    Written as lower(column) LIKE, the form the PostgreSQL trigram indexes serve.
+    """
+    escaped = needle.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return func.lower(column).like(f"%{escaped}%", escape="\\")
+
+
+def update_category(
+    session: Session, *, actor: Actor, category_id: uuid.UUID, changes: CategoryUpdate
+) -> WorkflowCategory:
+    row = get_category(session, company_id=actor.company_id, category_id=category_id)
+    _audited_update(session, actor, row, changes.changes())
+    session.commit()
+    return row
+
+
+def delete_category(session: Session, *, actor: Actor, category_id: uuid.UUID) -> None:
+    row = get_category(session, company_id=actor.company_id, category_id=category_id)
+    used = session.scalar(select(func.count()).where(WorkflowTemplate.category_id == row.id))
+    if used:
+        raise InUse(f"The category has {used} template(s); delete or move them first.")
+    _audited_delete(session, actor, row)
+    session.commit()
+
+
+# --- templates ----------------------------------------------------------------------------
+
+
+def _category_ref(session: Session, actor: Actor, category_id: uuid.UUID) -> None:
+    if _owned(session, WorkflowCategory, actor.company_id, category_id) is None:
+        raise UnknownReference("category_id", f"No workflow category has the id {category_id}.")
+
+
+def create_template(session: Session, *, actor: Actor, data: TemplateCreate) -> WorkflowTemplate:
+    _category_ref(session, actor, data.category_id)
+    row = _audited_create(session, actor, WorkflowTemplate(**data.model_dump()))
+    session.commit()
+    return row
+
+
+def get_template(
+    session: Session, *, company_id: uuid.UUID, template_id: uuid.UUID
+) -> WorkflowTemplate:
+    row = _owned(session, WorkflowTemplate, company_id, template_id)
+    if row is None:
+        raise TemplateNotFound(f"No workflow template has the id {template_id}.")
+    return row
+
+
+def list_templates(
+    session: Session, *, company_id: uuid.UUID, query: TemplateQuery
+) -> tuple[Sequence[WorkflowTemplate], int]:
+    stmt = select(WorkflowTemplate).where(WorkflowTemplate.company_id == company_id)
+    if query.category_id is not None:
+        stmt = stmt.where(WorkflowTemplate.category_id == query.category_id)
+    return paginate(
+        session,
+        stmt,
+        WorkflowTemplate.created_at,
+        WorkflowTemplate.id,
+        params=PageParams(page=query.page, page_size=query.page_size),
+    )
+
+
+def update_template(
+    session: Session, *, actor: Actor, template_id: uuid.UUID, changes: TemplateUpdate
+) -> WorkflowTemplate:
+    row = get_template(session, company_id=actor.company_id, template_id=template_id)
+    values = changes.model_dump(include=changes.model_fields_set)
+    if "category_id" in values:
+        _category_ref(session, actor, values["category_id"])
+    _audited_update(session, actor, row, values)
+    session.commit()
+    return row
+
+
+def delete_template(session: Session, *, actor: Actor, template_id: uuid.UUID) -> None:
+    row = get_template(session, company_id=actor.company_id, template_id=template_id)
+    used = session.scalar(select(func.count()).where(Workflow.workflow_template_id == row.id))
+    if used:
+        raise InUse(f"{used} workflow(s) were made from this template; it cannot be deleted.")
+    _audited_delete(session, actor, row)
+    session.commit()
+
+
+# --- workflows and tasks ------------------------------------------------------------------
+
+
+def create_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> Workflow:
+    """A workflow in `draft`, with one task per step of its template."""
+    template = _owned(session, WorkflowTemplate, actor.company_id, data.workflow_template_id)
+    if template is None:
+        raise UnknownReference(
+            "workflow_template_id", f"No workflow template has the id {data.workflow_template_id}."
+        )
+    workflow = _audited_create(session, actor, Workflow(**data.model_dump(), status="draft"))
+    for position, step in enumerate(template.steps):
+        _audited_create(
+            session,
+            actor,
+            WorkflowTask(
+                workflow_id=workflow.id,
+                position=position,
+                step_id=step["step_id"],
+                name=step["name"],
+                description=step["description"],
+                type=step["type"],
+            ),
+        )
+    session.commit()
+    return workflow
+
+
+def get_workflow(session: Session, *, company_id: uuid.UUID, workflow_id: uuid.UUID) -> Workflow:
+    row = _owned(session, Workflow, company_id, workflow_id)
+    if row is None:
+        raise WorkflowNotFound(f"No workflow has the id {workflow_id}.")
+    return row
+
+
+def update_workflow(
+    session: Session, *, actor: Actor, workflow_id: uuid.UUID, changes: WorkflowUpdate
+) -> Workflow:
+    row = get_workflow(session, company_id=actor.company_id, workflow_id=workflow_id)
+    values = changes.changes()
+    wanted = values.get("status")
+    if wanted is not None and wanted not in TRANSITIONS[row.status]:
+        raise IllegalTransition(row.status, wanted, TRANSITIONS[row.status])
+    due = values.get("due_date", row.due_date)
+    notify = values.get("notification_date", row.notification_date)
+    if notify is not None and notify > due:
+        raise NotifyAfterDue()
+    _audited_update(session, actor, row, values)
+    session.commit()
+    return row
+
+
+def list_tasks(
+    session: Session, *, company_id: uuid.UUID, workflow_id: uuid.UUID, params: PageParams
+) -> tuple[Sequence[WorkflowTask], int]:
+    get_workflow(session, company_id=company_id, workflow_id=workflow_id)
+    stmt = select(WorkflowTask).where(
+        WorkflowTask.company_id == company_id, WorkflowTask.workflow_id == workflow_id
+    )
+    return paginate(session, stmt, WorkflowTask.position, WorkflowTask.id, params=params)
+
+
+def get_task(session: Session, *, company_id: uuid.UUID, task_id: uuid.UUID) -> WorkflowTask:
+    row = _owned(session, WorkflowTask, company_id, task_id)
+    if row is None:
+        raise TaskNotFound(f"No workflow task has the id {task_id}.")
+    return row
+
+
+def update_task(
+    session: Session, *, actor: Actor, task_id: uuid.UUID, changes: TaskUpdate
+) -> WorkflowTask:
+    row = get_task(session, company_id=actor.company_id, task_id=task_id)
+    _audited_update(session, actor, row, changes.changes())
+    session.commit()
+    return row
