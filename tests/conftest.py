@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,16 @@ from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.main import create_app
-
-PG_ADMIN_URL = os.environ.get("HEADWATER_TEST_PG", "postgresql://127.0.0.1:5432/test")
-OPERATOR_ID = "test-operator"
-OPERATOR_SECRET = secrets.token_urlsafe(24)
-AUDIENCE = "headwater-api"
+from tests.factories import (
+    OPERATOR_ID,
+    OPERATOR_SECRET,
+    PG_ADMIN_URL,
+    auth,
+    create_company,
+    create_credential,
+    get_token,
+)
+from tests.tenants import Tenant
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
@@ -98,25 +102,6 @@ def make_client(base_settings: dict[str, Any]) -> Iterator[Callable[..., TestCli
         test_client.__exit__(None, None, None)
 
 
-# --- factories: plain functions over the HTTP API ---------------------------------------
-
-
-def request_token(client: TestClient, client_id: str, client_secret: str, **extra: str) -> Any:
-    """POST /oauth/token as JSON; `extra` adds or overrides members (audience, scope...)."""
-    body = {"client_id": client_id, "client_secret": client_secret, "audience": AUDIENCE}
-    return client.post("/oauth/token", json=body | extra)
-
-
-def get_token(client: TestClient, client_id: str, client_secret: str, **extra: str) -> str:
-    response = request_token(client, client_id, client_secret, **extra)
-    assert response.status_code == 200, response.text
-    return str(response.json()["access_token"])
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 @pytest.fixture
 def operator_token(client: TestClient) -> str:
     return get_token(client, OPERATOR_ID, OPERATOR_SECRET)
@@ -125,42 +110,6 @@ def operator_token(client: TestClient) -> str:
 @pytest.fixture
 def admin(operator_token: str) -> dict[str, str]:
     return auth(operator_token)
-
-
-def create_company(client: TestClient, admin: dict[str, str], name: str = "Acme") -> str:
-    response = client.post("/admin/v1/companies", json={"name": name}, headers=admin)
-    assert response.status_code == 201, response.text
-    return str(response.json()["id"])
-
-
-def create_ingestion_client(
-    client: TestClient, admin: dict[str, str], company_id: str, client_id: str | None = None
-) -> str:
-    client_id = client_id or f"crm-{uuid.uuid4().hex[:10]}"
-    response = client.post(
-        f"/admin/v1/companies/{company_id}/clients",
-        json={"client_id": client_id, "name": "CRM"},
-        headers=admin,
-    )
-    assert response.status_code == 201, response.text
-    return client_id
-
-
-def create_credential(
-    client: TestClient,
-    admin: dict[str, str],
-    company_id: str,
-    scopes: list[str] | None = None,
-    client_ids: list[str] | None = None,
-) -> dict[str, Any]:
-    response = client.post(
-        f"/admin/v1/companies/{company_id}/credentials",
-        json={"name": "sync", "scopes": scopes or ["data:read"], "client_ids": client_ids or []},
-        headers=admin,
-    )
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 @pytest.fixture
@@ -178,16 +127,11 @@ def company_token(client: TestClient, credential: dict[str, Any]) -> str:
     return get_token(client, credential["client_id"], credential["client_secret"])
 
 
-def assert_problem(response: Any, status: int, code: str | None = None) -> dict[str, Any]:
-    """An RFC 9457 body with the given status (and code), and nothing leaked."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body: dict[str, Any] = response.json()
-    assert body["status"] == status
-    assert {"type", "title", "detail"} <= set(body)
-    if code is not None:
-        assert body["code"] == code, body
-    text = response.text.lower()
-    for leak in ("traceback", "select ", "insert ", "sqlalchemy", "psycopg", OPERATOR_SECRET):
-        assert leak.lower() not in text
-    return body
+@pytest.fixture
+def tenant(client: TestClient, admin: dict[str, str], company: str) -> Tenant:
+    return Tenant(client, admin, company)
+
+
+@pytest.fixture
+def other_tenant(client: TestClient, admin: dict[str, str]) -> Tenant:
+    return Tenant(client, admin, create_company(client, admin, "Other Co"))

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.conftest import (
+from tests.factories import (
     assert_problem,
     create_company,
     create_credential,

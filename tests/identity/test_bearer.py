@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from headwater.db import Database
 from headwater.identity import keys as keyring
 from headwater.identity import service as identity
-from tests.conftest import AUDIENCE, assert_problem, auth
+from tests.factories import AUDIENCE, assert_problem, auth
 
 WHOAMI = "/platform/v1/whoami"
 

@@ -14,7 +14,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import assert_problem, auth
+from tests.factories import assert_problem, auth
 
 ISSUER = "https://tenant.idp.example/"
 AUDIENCE = "https://api.headwater.example"

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from headwater.db import Database
 from headwater.identity import service as identity
-from tests.conftest import (
+from tests.factories import (
     AUDIENCE,
     OPERATOR_ID,
     OPERATOR_SECRET,

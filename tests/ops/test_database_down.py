@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.main import create_app
-from tests.conftest import OPERATOR_ID, OPERATOR_SECRET, PG_ADMIN_URL, assert_problem, auth
+from tests.factories import OPERATOR_ID, OPERATOR_SECRET, PG_ADMIN_URL, assert_problem, auth
 
 
 def _admin(sql: str) -> None:

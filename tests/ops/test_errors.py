@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from starlette.testclient import TestClient
 
-from tests.conftest import assert_problem
+from tests.factories import assert_problem
 
 
 def test_unknown_path_is_404(client: TestClient) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.testclient import TestClient
 
-from tests.conftest import auth
+from tests.factories import auth
 
 
 def test_healthz_and_readyz(client: TestClient) -> None:

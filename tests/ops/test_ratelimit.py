@@ -9,7 +9,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from tests.conftest import assert_problem, auth, create_credential, get_token
+from tests.factories import assert_problem, auth, create_credential, get_token
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from headwater.kit.clock import InputDateTime, Timestamp
 from headwater.kit.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
@@ -95,7 +95,7 @@ class Step(Input):
     type: TaskType = Field(examples=["upload"])
 
 
-def _unique_steps(steps: list[Step] | None) -> list[Step] | None:
+def _unique_steps(steps: Any) -> Any:
     if steps is not None:
         seen: set[str] = set()
         for step in steps:
@@ -109,24 +109,18 @@ class TemplateCreate(Input):
     category_id: uuid.UUID
     name: Name = Field(examples=["Supplier onboarding"])
     description: Description = ""
-    steps: list[Step] = Field(min_length=1, max_length=100)
-
-    @model_validator(mode="after")
-    def _steps_unique(self) -> Self:
-        _unique_steps(self.steps)
-        return self
+    steps: Annotated[list[Step], AfterValidator(_unique_steps)] = Field(
+        min_length=1, max_length=100
+    )
 
 
 class TemplateUpdate(Update):
     category_id: uuid.UUID | None = None
     name: Name | None = None
     description: Description | None = None
-    steps: list[Step] | None = Field(None, min_length=1, max_length=100)
-
-    @model_validator(mode="after")
-    def _steps_unique(self) -> Self:
-        _unique_steps(self.steps)
-        return self
+    steps: Annotated[list[Step] | None, AfterValidator(_unique_steps)] = Field(
+        None, min_length=1, max_length=100
+    )
 
 
 class StepRead(Output):
@@ -161,13 +155,9 @@ class WorkflowCreate(Input):
     name: Name = Field(examples=["Onboard Globex"])
     description: Description = ""
     due_date: InputDateTime
-    notification_date: InputDateTime | None = None
-
-    @model_validator(mode="after")
-    def _notify_before_due(self) -> Self:
-        if self.notification_date is not None and self.notification_date > self.due_date:
-            raise ValueError("notification_date must not be after due_date")
-        return self
+    notification_date: InputDateTime | None = Field(
+        None, description="When to remind; not after `due_date`."
+    )
 
 
 class WorkflowUpdate(Update):

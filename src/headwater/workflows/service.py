@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -263,8 +264,14 @@ def delete_template(session: Session, *, actor: Actor, template_id: uuid.UUID) -
 # --- workflows and tasks ------------------------------------------------------------------
 
 
+def _check_dates(due_date: datetime, notification_date: datetime | None) -> None:
+    if notification_date is not None and notification_date > due_date:
+        raise NotifyAfterDue()
+
+
 def create_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> Workflow:
     """A workflow in `draft`, with one task per step of its template."""
+    _check_dates(data.due_date, data.notification_date)
     template = _owned(session, WorkflowTemplate, actor.company_id, data.workflow_template_id)
     if template is None:
         raise UnknownReference(
@@ -303,10 +310,9 @@ def update_workflow(
     wanted = values.get("status")
     if wanted is not None and wanted not in TRANSITIONS[row.status]:
         raise IllegalTransition(row.status, wanted, TRANSITIONS[row.status])
-    due = values.get("due_date", row.due_date)
-    notify = values.get("notification_date", row.notification_date)
-    if notify is not None and notify > due:
-        raise NotifyAfterDue()
+    _check_dates(
+        values.get("due_date", row.due_date), values.get("notification_date", row.notification_date)
+    )
     _audited_update(session, actor, row, values)
     session.commit()
     return row
