@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from headwater import migrations
+from headwater.activity import service as activity
 from headwater.config import get_settings
 from headwater.db import Database
 from headwater.errors import DomainError
 from headwater.identity import service as identity
+from headwater.kit.actor import Actor
 
 app = typer.Typer(
     help="Headwater data platform.", no_args_is_help=True, pretty_exceptions_enable=False
@@ -24,11 +27,16 @@ companies_app = typer.Typer(help="Companies (customer organisations).", no_args_
 clients_app = typer.Typer(help="Ingestion clients.", no_args_is_help=True)
 credentials_app = typer.Typer(help="API credentials.", no_args_is_help=True)
 keys_app = typer.Typer(help="Token signing keys.", no_args_is_help=True)
+activity_app = typer.Typer(help="The activity log's hash chains.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(companies_app, name="companies")
 app.add_typer(clients_app, name="clients")
 app.add_typer(credentials_app, name="credentials")
 app.add_typer(keys_app, name="keys")
+app.add_typer(activity_app, name="activity")
+
+# Written as author_id on what `headwater import` creates unless --author-id says otherwise.
+IMPORT_AUTHOR = uuid.uuid5(uuid.NAMESPACE_URL, "urn:headwater:cli-import")
 
 out = Console()
 
@@ -209,6 +217,74 @@ def keys_remove(kid: str) -> None:
     with _database().session() as session:
         identity.remove_signing_key(session, kid)
     out.print(f"removed {kid}")
+
+
+@app.command("import")
+def import_file(
+    file: Annotated[Path, typer.Argument(help="YAML or JSON: categories, templates, workflows.")],
+    company_id: Annotated[uuid.UUID, typer.Option(help="The company to import into.")],
+    author_id: Annotated[uuid.UUID, typer.Option(help="Author written on the changes.")] = (
+        IMPORT_AUTHOR
+    ),
+) -> None:
+    """Load categories, templates and workflows for a company, all or nothing."""
+    from headwater.workflows import importer
+
+    document = importer.read(file)
+    with _database().session() as session:
+        identity.get_company(session, company_id)
+        summary = importer.load(
+            session, actor=Actor(company_id=company_id, author_id=author_id), document=document
+        )
+    _print(summary.__dict__)
+
+
+@activity_app.command("checkpoint")
+def activity_checkpoint(
+    company_id: Annotated[uuid.UUID | None, typer.Option(help="One company; default all.")] = None,
+) -> None:
+    """Print each company's chain head (count, hash): keep it outside the database."""
+    with _database().session() as session:
+        heads = activity.checkpoints(session, company_id=company_id)
+        _print([{"company_id": h.company_id, "count": h.count, "hash": h.hash} for h in heads])
+
+
+@activity_app.command("verify")
+def activity_verify(
+    checkpoint: Annotated[Path | None, typer.Option(help="Output of `activity checkpoint`.")] = (
+        None
+    ),
+    company_id: Annotated[uuid.UUID | None, typer.Option(help="One company; default all.")] = None,
+) -> None:
+    """Check every chain (against a checkpoint when given); exit 1 naming the first break."""
+    from headwater.activity import chain
+
+    expected: dict[uuid.UUID, chain.Head] = {}
+    if checkpoint is not None:
+        try:
+            for item in json.loads(checkpoint.read_text()):
+                expected[uuid.UUID(item["company_id"])] = chain.Head(
+                    int(item["count"]), str(item["hash"])
+                )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise typer.BadParameter(f"not a checkpoint file: {exc}") from None
+    broken = 0
+    with _database().session() as session:
+        companies = (
+            [company_id]
+            if company_id
+            else sorted({h.company_id for h in activity.checkpoints(session)} | set(expected))
+        )
+        for company in companies:
+            result = activity.verify(session, company_id=company, checkpoint=expected.get(company))
+            if result.finding is None:
+                out.print(f"ok       {company}  {result.head.count} entries  {result.head.hash}")
+            else:
+                broken += 1
+                f = result.finding
+                out.print(f"[red]BROKEN[/red]   {company}  {f.kind} at entry {f.seq}: {f.detail}")
+    if broken:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -116,8 +116,10 @@ class ActivityFilter(Input):
 
 
 class ActivitySearch(Input):
-    page: int = Field(0, ge=0, description="Page number, from 0.", examples=[0])
-    page_size: int = Field(20, ge=1, le=100, description="Entries per page, 1-100.", examples=[20])
+    page: int = Field(0, ge=0, strict=True, description="Page number, from 0.", examples=[0])
+    page_size: int = Field(
+        20, ge=1, le=100, strict=True, description="Entries per page, 1-100.", examples=[20]
+    )
     sort_by: SortField = Field("timestamp", description="Ties are broken by log order.")
     sort_direction: Literal["asc", "desc"] = "desc"
     filter: ActivityFilter | None = None

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -89,10 +89,10 @@ def record(
 _MATCHED = ("resource_type", "resource_id", "author_id", "action")
 
 
-def search(
-    session: Session, *, company_id: uuid.UUID, query: ActivitySearch
-) -> tuple[Sequence[ActivityEntry], int]:
-    """One page of the company's entries matching the filter; no filter reaches further."""
+def search_statement(
+    *, company_id: uuid.UUID, query: ActivitySearch
+) -> tuple[Select[ActivityEntry], list[Any]]:
+    """The filtered statement and its total order; no filter reaches past the company."""
     stmt = select(ActivityEntry).where(ActivityEntry.company_id == company_id)
     f = query.filter
     if f is not None:
@@ -116,6 +116,14 @@ def search(
         columns.append(ActivityEntry.timestamp)
     columns.append(ActivityEntry.seq)
     order = [c.desc() if query.sort_direction == "desc" else c.asc() for c in columns]
+    return stmt, order
+
+
+def search(
+    session: Session, *, company_id: uuid.UUID, query: ActivitySearch
+) -> tuple[Sequence[ActivityEntry], int]:
+    """One page of the company's entries matching the filter, and how many match."""
+    stmt, order = search_statement(company_id=company_id, query=query)
     return paginate(
         session, stmt, *order, params=PageParams(page=query.page, page_size=query.page_size)
     )

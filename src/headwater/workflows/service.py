@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -55,6 +56,20 @@ TRANSITIONS: dict[str, list[str]] = {
     "completed": [],
     "cancelled": [],
 }
+
+
+def status_path(target: str) -> list[str]:
+    """The shortest chain of legal moves from draft to `target`."""
+    paths: dict[str, list[str]] = {"draft": []}
+    queue = deque(["draft"])
+    while queue:
+        state = queue.popleft()
+        for nxt in TRANSITIONS[state]:
+            if nxt not in paths:
+                paths[nxt] = [*paths[state], nxt]
+                queue.append(nxt)
+    return paths[target]
+
 
 Row = TypeVar("Row", bound=Owned)
 
@@ -142,8 +157,13 @@ def _owned(
 # --- categories ---------------------------------------------------------------------------
 
 
+def add_category(session: Session, *, actor: Actor, data: CategoryCreate) -> WorkflowCategory:
+    """Create a category and its activity entry; flushes, the caller commits."""
+    return _audited_create(session, actor, WorkflowCategory(**data.model_dump()))
+
+
 def create_category(session: Session, *, actor: Actor, data: CategoryCreate) -> WorkflowCategory:
-    row = _audited_create(session, actor, WorkflowCategory(**data.model_dump()))
+    row = add_category(session, actor=actor, data=data)
     session.commit()
     return row
 
@@ -209,9 +229,14 @@ def _category_ref(session: Session, actor: Actor, category_id: uuid.UUID) -> Non
         raise UnknownReference("category_id", f"No workflow category has the id {category_id}.")
 
 
-def create_template(session: Session, *, actor: Actor, data: TemplateCreate) -> WorkflowTemplate:
+def add_template(session: Session, *, actor: Actor, data: TemplateCreate) -> WorkflowTemplate:
+    """Create a template and its activity entry; flushes, the caller commits."""
     _category_ref(session, actor, data.category_id)
-    row = _audited_create(session, actor, WorkflowTemplate(**data.model_dump()))
+    return _audited_create(session, actor, WorkflowTemplate(**data.model_dump()))
+
+
+def create_template(session: Session, *, actor: Actor, data: TemplateCreate) -> WorkflowTemplate:
+    row = add_template(session, actor=actor, data=data)
     session.commit()
     return row
 
@@ -271,6 +296,13 @@ def _check_dates(due_date: datetime, notification_date: datetime | None) -> None
 
 def create_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> Workflow:
     """A workflow in `draft`, with one task per step of its template."""
+    workflow = add_workflow(session, actor=actor, data=data)
+    session.commit()
+    return workflow
+
+
+def add_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> Workflow:
+    """Create a workflow, its tasks and their activity entries; the caller commits."""
     _check_dates(data.due_date, data.notification_date)
     template = _owned(session, WorkflowTemplate, actor.company_id, data.workflow_template_id)
     if template is None:
@@ -306,7 +338,15 @@ def update_workflow(
     session: Session, *, actor: Actor, workflow_id: uuid.UUID, changes: WorkflowUpdate
 ) -> Workflow:
     row = get_workflow(session, company_id=actor.company_id, workflow_id=workflow_id)
-    values = changes.changes()
+    change_workflow(session, actor=actor, row=row, values=changes.changes())
+    session.commit()
+    return row
+
+
+def change_workflow(
+    session: Session, *, actor: Actor, row: Workflow, values: dict[str, Any]
+) -> None:
+    """Apply changes through the state machine, with the activity entry; the caller commits."""
     wanted = values.get("status")
     if wanted is not None and wanted not in TRANSITIONS[row.status]:
         raise IllegalTransition(row.status, wanted, TRANSITIONS[row.status])
@@ -314,8 +354,6 @@ def update_workflow(
         values.get("due_date", row.due_date), values.get("notification_date", row.notification_date)
     )
     _audited_update(session, actor, row, values)
-    session.commit()
-    return row
 
 
 def list_tasks(
