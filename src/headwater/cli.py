@@ -256,7 +256,7 @@ def activity_verify(
     ),
     company_id: Annotated[uuid.UUID | None, typer.Option(help="One company; default all.")] = None,
 ) -> None:
-    """Check every chain (against a checkpoint when given); exit 1 naming the first break."""
+    """Check the chains (those of the checkpoint, when given, against it); exit 1 on a break."""
     from headwater.activity import chain
 
     expected: dict[uuid.UUID, chain.Head] = {}
@@ -270,11 +270,9 @@ def activity_verify(
             raise typer.BadParameter(f"not a checkpoint file: {exc}") from None
     broken = 0
     with _database().session() as session:
-        companies = (
-            [company_id]
-            if company_id
-            else sorted({h.company_id for h in activity.checkpoints(session)} | set(expected))
-        )
+        # A checkpoint file names the companies to check; without one, every company.
+        known = set(expected) or {h.company_id for h in activity.checkpoints(session)}
+        companies = [company_id] if company_id else sorted(known)
         for company in companies:
             result = activity.verify(session, company_id=company, checkpoint=expected.get(company))
             if result.finding is None:

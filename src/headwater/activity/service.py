@@ -147,24 +147,32 @@ def checkpoints(session: Session, *, company_id: uuid.UUID | None = None) -> lis
 
 
 def _links(session: Session, company_id: uuid.UUID) -> Iterator[chain.Link]:
-    rows = session.scalars(
+    """The company's entries in `seq` order, streamed; the cursor closes however it ends."""
+    result = session.scalars(
         select(ActivityEntry)
         .where(ActivityEntry.company_id == company_id)
         .order_by(ActivityEntry.seq, ActivityEntry.id)
         .execution_options(yield_per=2000)
     )
-    for row in rows:
-        yield chain.Link(
-            seq=row.seq, fields=chain_fields(row), prev_hash=row.prev_hash, hash=row.hash
-        )
-        session.expunge(row)
+    try:
+        for row in result:
+            yield chain.Link(
+                seq=row.seq, fields=chain_fields(row), prev_hash=row.prev_hash, hash=row.hash
+            )
+            session.expunge(row)
+    finally:
+        result.close()
 
 
 def verify(
     session: Session, *, company_id: uuid.UUID, checkpoint: chain.Head | None = None
 ) -> Verification:
     """Walk a company's chain; compare its end with the head row and a checkpoint."""
-    reached, finding = chain.walk(_links(session, company_id))
+    links = _links(session, company_id)
+    try:
+        reached, finding = chain.walk(links)
+    finally:
+        links.close()
     if finding is None:
         head = session.get(ActivityHead, company_id)
         stored = chain.Head(head.count, head.hash) if head else chain.Head(0, chain.GENESIS)
