@@ -1,4 +1,5 @@
-"""Demo data for `headwater demo`: a company, an ingestion client and two credentials."""
+"""Demo data for `headwater demo`: a company, an ingestion client, two credentials, and
+workflow configuration imported from demo_workflows.yaml."""
 
 # ruff: noqa: E501 - the printed curl lines are meant to be copied whole
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -14,6 +16,9 @@ from headwater.identity import service as identity
 from headwater.identity.models import Company, IngestionClient
 from headwater.identity.secrets import new_secret
 from headwater.identity.tokens import COMPANY_SCOPES
+from headwater.kit.actor import Actor
+from headwater.workflows import importer
+from headwater.workflows.models import WorkflowCategory
 
 DEMO_COMPANY = "Demo Company"
 DEMO_CLIENT = "demo-crm"
@@ -31,6 +36,9 @@ class DemoData:
     operator_secret: str
 
 
+DEMO_WORKFLOWS = Path(__file__).with_name("demo_workflows.yaml")
+
+
 def seed(session: Session) -> DemoData:
     """Create the demo tenant once; give both demo credentials a fresh secret every time."""
     company = session.scalars(select(Company).where(Company.name == DEMO_COMPANY)).first()
@@ -41,7 +49,7 @@ def seed(session: Session) -> DemoData:
             session, company_id=company.id, client_id=DEMO_CLIENT, name="Demo CRM export"
         )
     secret, operator_secret = new_secret(), new_secret()
-    identity.ensure_credential(
+    credential = identity.ensure_credential(
         session,
         client_id=DEMO_CREDENTIAL,
         client_secret=secret,
@@ -50,6 +58,12 @@ def seed(session: Session) -> DemoData:
         scopes=sorted(COMPANY_SCOPES),
         client_ids=[DEMO_CLIENT],
     )
+    has_workflows = session.scalar(
+        select(WorkflowCategory.id).where(WorkflowCategory.company_id == company.id).limit(1)
+    )
+    if has_workflows is None:
+        actor = Actor(company_id=company.id, author_id=credential.author_id)
+        importer.load_file(session, actor=actor, path=DEMO_WORKFLOWS)
     identity.ensure_credential(
         session,
         client_id=DEMO_OPERATOR,
@@ -84,6 +98,12 @@ Copy and paste, in another terminal:
     -d '{{"client_id": "{data.client_id}", "client_secret": "{data.client_secret}", "audience": "{audience}"}}' \\
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   curl -s {base_url}/platform/v1/whoami -H "Authorization: Bearer $TOKEN"; echo
+  curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
+  curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+    -d '{{"page": 0, "page_size": 3, "sort_by": "timestamp", "sort_direction": "desc", "filter": {{"action": "update"}}}}'; echo
+  curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
+  curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+    -d '{{"page": 0, "page_size": 3, "sort_by": "timestamp", "sort_direction": "desc", "filter": {{"action": "update"}}}}'; echo
 
   OPERATOR=$(curl -s {base_url}/oauth/token -u '{data.operator_id}:{data.operator_secret}' \\
     -d grant_type=client_credentials -d audience={audience} \\

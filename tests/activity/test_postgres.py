@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -154,11 +155,10 @@ def crowded(pg: Database) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID]:
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_filtered_searches_use_indexes(pg: Database, crowded: Any, shape: str) -> None:
     company, author, resource = crowded
-    raw = SHAPES[shape]
-    body = eval(
-        repr(raw)
-        .replace("'RESOURCE'", repr(str(resource)))  # noqa: S307
-        .replace("'AUTHOR'", repr(str(author)))
+    body = json.loads(
+        json.dumps(SHAPES[shape])
+        .replace('"RESOURCE"', f'"{resource}"')
+        .replace('"AUTHOR"', f'"{author}"')
     )
     stmt, order = activity.search_statement(
         company_id=company, query=ActivitySearch.model_validate(body)

@@ -223,7 +223,12 @@ def test_demo_prints_a_curl_sequence_that_works(tmp_path: Path) -> None:
             process.terminate()
             process.wait(timeout=15)
     assert done.returncode == 0, done.stderr
-    whoami, clients = (json.loads(line) for line in done.stdout.strip().splitlines())
+    whoami, categories, activity, clients = (
+        json.loads(line) for line in done.stdout.strip().splitlines()
+    )
     assert whoami["subject"] == "demo-client"
     assert whoami["client_ids"] == ["demo-crm"]
+    assert [c["name"] for c in categories["data"]] == ["Quarterly reporting", "Supplier onboarding"]
+    assert activity["total_entries"] >= 3
+    assert {e["action"] for e in activity["data"]} == {"update"}
     assert clients["data"][0]["client_id"] == "demo-crm"

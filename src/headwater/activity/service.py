@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,7 +146,7 @@ def checkpoints(session: Session, *, company_id: uuid.UUID | None = None) -> lis
     return list(session.scalars(stmt))
 
 
-def _links(session: Session, company_id: uuid.UUID) -> Iterator[chain.Link]:
+def _links(session: Session, company_id: uuid.UUID) -> Generator[chain.Link]:
     """The company's entries in `seq` order, streamed; the cursor closes however it ends."""
     result = session.scalars(
         select(ActivityEntry)

@@ -1,0 +1,132 @@
+"""`headwater import`: YAML or JSON through the service code, all or nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.factories import create_company
+from tests.tenants import Tenant
+
+DOCUMENT = {
+    "categories": [
+        {
+            "name": "Imported",
+            "description": "from a file",
+            "templates": [
+                {
+                    "name": "T",
+                    "steps": [
+                        {"step_id": "a-1", "name": "A", "type": "manual"},
+                        {"step_id": "b_2", "name": "B", "type": "review"},
+                    ],
+                    "workflows": [
+                        {"name": "W1", "due_date": "2027-01-01T00:00:00Z", "status": "paused"},
+                        {"name": "W2", "due_date": "2027-02-01T00:00:00+01:00"},
+                    ],
+                }
+            ],
+        }
+    ]
+}
+
+
+def _run(base_settings: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"HEADWATER_DATA_DIR": str(base_settings["data_dir"]), "PATH": "/usr/bin:/bin"}
+    if base_settings["database_url"]:
+        env["HEADWATER_DATABASE_URL"] = base_settings["database_url"]
+    return subprocess.run(
+        [sys.executable, "-m", "headwater.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _search(tenant: Tenant) -> list[dict[str, Any]]:
+    return tenant.search({"page_size": 100, "sort_direction": "asc"})["data"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_import_writes_through_the_services(
+    tenant: Tenant, base_settings: dict[str, Any], tmp_path: Path, suffix: str
+) -> None:
+    import yaml
+
+    path = tmp_path / f"workflows{suffix}"
+    path.write_text(json.dumps(DOCUMENT) if suffix == ".json" else yaml.safe_dump(DOCUMENT))
+    done = _run(
+        base_settings,
+        "import",
+        str(path),
+        "--company-id",
+        tenant.company_id,
+        "--author-id",
+        tenant.author_id,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"categories": 1, "templates": 1, "workflows": 2}
+    categories = tenant.client.get(
+        "/app/v1/workflow_categories", params={"name": "imported"}, headers=tenant.headers
+    ).json()["data"]
+    assert [c["name"] for c in categories] == ["Imported"]
+    entries = _search(tenant)
+    kinds = [(e["resource_type"], e["action"]) for e in entries]
+    assert kinds.count(("workflow_task", "create")) == 4
+    assert kinds.count(("workflow", "update")) == 2  # draft -> active -> paused
+    assert {e["author_id"] for e in entries} == {tenant.author_id}
+    w1 = [
+        e["after"]
+        for e in entries
+        if e["resource_type"] == "workflow" and e["after"]["name"] == "W1"
+    ]
+    assert [w["status"] for w in w1] == ["draft", "active", "paused"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("categories: [{name: x, templates: [{name: t, steps: []}]}]", "steps"),
+        ("categories: [{name: x, colour: red}]", "colour"),
+        (
+            "categories: [{name: x, templates: [{name: t, steps: [{step_id: a, name: A, "
+            "type: manual}], workflows: [{name: w, due_date: soon}]}]}]",
+            "due_date",
+        ),
+        (
+            "categories: [{name: x, templates: [{name: t, steps: [{step_id: a, name: A, "
+            "type: manual}], workflows: [{name: w, due_date: '2027-01-01T00:00:00Z', "
+            "notification_date: '2028-01-01T00:00:00Z'}]}]}]",
+            "notification_date",
+        ),
+        ("{not yaml", "cannot be read"),
+    ],
+)
+def test_a_bad_file_stores_nothing(
+    tenant: Tenant, base_settings: dict[str, Any], tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    done = _run(base_settings, "import", str(path), "--company-id", tenant.company_id)
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert _search(tenant) == []
+
+
+def test_import_into_an_unknown_company_fails(
+    base_settings: dict[str, Any], tmp_path: Path, client: TestClient, admin: dict[str, str]
+) -> None:
+    path = tmp_path / "ok.json"
+    path.write_text(json.dumps(DOCUMENT))
+    done = _run(base_settings, "import", str(path), "--company-id", str(uuid.uuid4()))
+    assert done.returncode == 1 and "No company" in done.stderr
+    assert create_company(client, admin)  # the database is still usable
