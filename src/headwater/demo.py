@@ -101,9 +101,6 @@ Copy and paste, in another terminal:
   curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
   curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -d '{{"page": 0, "page_size": 3, "sort_by": "timestamp", "sort_direction": "desc", "filter": {{"action": "update"}}}}'; echo
-  curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
-  curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-    -d '{{"page": 0, "page_size": 3, "sort_by": "timestamp", "sort_direction": "desc", "filter": {{"action": "update"}}}}'; echo
 
   OPERATOR=$(curl -s {base_url}/oauth/token -u '{data.operator_id}:{data.operator_secret}' \\
     -d grant_type=client_credentials -d audience={audience} \\
