@@ -21,7 +21,7 @@ import os
 
 import httpx
 
-from bench.common import bench_database, production_server, run_wrk
+from bench.common import bench_database, production_server, report, request_script, run_wrk
 
 OPERATOR, SECRET = "bench-operator", "bench-operator-secret-0123456789"
 
@@ -52,17 +52,15 @@ def main() -> None:
                     ).status_code
                     == 200
                 )
-            lua = (
-                'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                f"wrk.body = '{json.dumps(body)}'\n"
-            )
             common = {"seconds": args.seconds, "connections": args.connections}
+            bearer = {"Authorization": f"Bearer {token}"}
+            token_request = request_script(
+                method="POST", body=json.dumps(body), headers={"Content-Type": "application/json"}
+            )
             results = {
-                "a_token": run_wrk(url + "/oauth/token", script=lua, **common),
+                "a_token": run_wrk(url + "/oauth/token", script=token_request, **common),
                 "b_verified": run_wrk(
-                    url + "/platform/v1/whoami",
-                    headers={"Authorization": f"Bearer {token}"},
-                    **common,
+                    url + "/platform/v1/whoami", script=request_script(headers=bearer), **common
                 ),
                 "c_unauthenticated": run_wrk(url + "/healthz", **common),
             }
@@ -76,11 +74,7 @@ def main() -> None:
         "c_unauthenticated": "(c) GET /healthz (no auth)",
     }
     for key, result in results.items():
-        print(
-            f"{labels[key]:40s} {result.requests_per_second:9.1f} req/s   "
-            f"p50 {result.latency_p50_ms:7.2f} ms   p99 {result.latency_p99_ms:7.2f} ms   "
-            f"non-2xx {result.non_2xx}"
-        )
+        print(report(labels[key], result))
     ratio = (
         results["b_verified"].requests_per_second / results["c_unauthenticated"].requests_per_second
     )

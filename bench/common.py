@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -63,40 +64,74 @@ def production_server(env: dict[str, str], workers: int) -> Iterator[str]:
 class WrkResult:
     requests_per_second: float
     latency_p50_ms: float
+    latency_p95_ms: float
     latency_p99_ms: float
     requests: int
     non_2xx: int
 
 
-def _ms(text: str) -> float:
-    value, unit = re.match(r"([\d.]+)(\w+)", text).groups()  # type: ignore[union-attr]
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+# wrk prints only some percentiles itself; this prints the ones the benchmarks report.
+_DONE = """
+done = function(summary, latency, requests)
+  for _, p in ipairs({50, 95, 99}) do
+    io.write(string.format("P%d %d\\n", p, latency:percentile(p)))
+  end
+end
+"""
+
+
+def request_script(
+    *, method: str = "GET", body: str | None = None, headers: dict[str, str] | None = None
+) -> str:
+    """A wrk Lua script sending one fixed request."""
+    lines = [f'wrk.method = "{method}"']
+    for name, value in (headers or {}).items():
+        lines.append(f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}")
+    if body is not None:
+        lines.append(f"wrk.body = {json.dumps(body)}")
+    return "\n".join(lines) + "\n"
 
 
 def run_wrk(
-    url: str,
-    *,
-    seconds: int,
-    connections: int = 32,
-    threads: int = 2,
-    script: str | None = None,
-    headers: dict[str, str] | None = None,
+    url: str, *, seconds: int, connections: int = 32, threads: int = 2, script: str = ""
 ) -> WrkResult:
-    args = [ensure_wrk(), f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency"]
-    for name, value in (headers or {}).items():
-        args += ["-H", f"{name}: {value}"]
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as lua:
-        lua.write(script or "")
-    if script:
-        args += ["-s", lua.name]
-    done = subprocess.run([*args, url], capture_output=True, text=True, check=False)
+        lua.write(script + _DONE)
+    args = [
+        ensure_wrk(),
+        f"-t{min(threads, connections)}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "-s",
+        lua.name,
+        url,
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    os.unlink(lua.name)
     if done.returncode != 0:
         raise SystemExit(f"wrk failed: {done.stderr or done.stdout}")
     out = done.stdout
-    os.unlink(lua.name)
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+
+    def number(pattern: str) -> float:
+        found = re.search(pattern, out, re.M)
+        if found is None:
+            raise SystemExit(f"unexpected wrk output:\n{out}")
+        return float(found.group(1))
+
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    p50 = _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    return WrkResult(rps, p50, p99, total, int(bad.group(1)) if bad else 0)
+    return WrkResult(
+        requests_per_second=number(r"Requests/sec:\s+([\d.]+)"),
+        latency_p50_ms=number(r"^P50 (\d+)") / 1000,
+        latency_p95_ms=number(r"^P95 (\d+)") / 1000,
+        latency_p99_ms=number(r"^P99 (\d+)") / 1000,
+        requests=int(number(r"(\d+) requests in")),
+        non_2xx=int(bad.group(1)) if bad else 0,
+    )
+
+
+def report(label: str, result: WrkResult) -> str:
+    return (
+        f"{label:44s} {result.requests_per_second:9.1f} req/s   "
+        f"p50 {result.latency_p50_ms:7.2f} ms   p95 {result.latency_p95_ms:7.2f} ms   "
+        f"p99 {result.latency_p99_ms:7.2f} ms   non-2xx {result.non_2xx}"
+    )

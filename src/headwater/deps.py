@@ -44,6 +44,15 @@ def get_session(runtime: RuntimeDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
+def get_read_session(runtime: RuntimeDep) -> Iterator[Session]:
+    """A session for routes that only read: no transaction round trips on PostgreSQL."""
+    with runtime.db.read_session() as session:
+        yield session
+
+
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+
+
 async def principal(
     security_scopes: SecurityScopes,
     request: Request,

@@ -16,7 +16,7 @@ from headwater.activity.models import ActivityEntry, ActivityHead
 from headwater.activity.schemas import ActivitySearch
 from headwater.kit.actor import Actor
 from headwater.kit.clock import iso_ms, utcnow_ms
-from headwater.kit.pagination import PageParams, paginate
+from headwater.kit.pagination import PageParams, paginate_counted
 
 
 def chain_fields(entry: ActivityEntry) -> dict[str, Any]:
@@ -124,9 +124,15 @@ def search(
 ) -> tuple[Sequence[ActivityEntry], int]:
     """One page of the company's entries matching the filter, and how many match."""
     stmt, order = search_statement(company_id=company_id, query=query)
-    return paginate(
-        session, stmt, *order, params=PageParams(page=query.page, page_size=query.page_size)
-    )
+    params = PageParams(page=query.page, page_size=query.page_size)
+    if query.filter is None or not query.filter.model_fields_set:
+        # Unfiltered, the total is the chain head's count: no need to count the entries.
+        head = session.get(ActivityHead, company_id)
+        items = session.scalars(
+            stmt.order_by(*order).offset(params.offset).limit(params.page_size)
+        ).all()
+        return items, head.count if head else 0
+    return paginate_counted(session, stmt, *order, params=params)
 
 
 # --- tamper evidence --------------------------------------------------------------------

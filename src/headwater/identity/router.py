@@ -6,7 +6,7 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from headwater.deps import Admin, Authenticated, SessionDep
+from headwater.deps import Admin, Authenticated, ReadSessionDep, SessionDep
 from headwater.identity import service
 from headwater.identity.schemas import (
     ClientCreate,
@@ -20,6 +20,7 @@ from headwater.identity.schemas import (
 )
 from headwater.kit.pagination import Page
 from headwater.kit.params import Paging
+from headwater.kit.responses import json_response
 
 router = APIRouter(prefix="/admin/v1", tags=["operator"])
 token_info = APIRouter(tags=["identity provider"])
@@ -44,13 +45,13 @@ def create_company(body: CompanyCreate, session: SessionDep, _: Admin) -> object
 
 
 @router.get("/companies", response_model=Page[CompanyRead])
-def list_companies(session: SessionDep, _: Admin, paging: Paging) -> object:
+def list_companies(session: ReadSessionDep, _: Admin, paging: Paging) -> object:
     items, total = service.list_companies(session, params=paging)
-    return Page[CompanyRead].of(items, params=paging, total=total)
+    return json_response(Page[CompanyRead].of(items, params=paging, total=total))
 
 
 @router.get("/companies/{company_id}", response_model=CompanyRead)
-def get_company(company_id: uuid.UUID, session: SessionDep, _: Admin) -> object:
+def get_company(company_id: uuid.UUID, session: ReadSessionDep, _: Admin) -> object:
     return service.get_company(session, company_id)
 
 
@@ -77,13 +78,15 @@ def create_client(
 
 
 @router.get("/companies/{company_id}/clients", response_model=Page[ClientRead])
-def list_clients(company_id: uuid.UUID, session: SessionDep, _: Admin, paging: Paging) -> object:
+def list_clients(
+    company_id: uuid.UUID, session: ReadSessionDep, _: Admin, paging: Paging
+) -> object:
     items, total = service.list_clients(session, company_id=company_id, params=paging)
-    return Page[ClientRead].of(items, params=paging, total=total)
+    return json_response(Page[ClientRead].of(items, params=paging, total=total))
 
 
 @router.get("/companies/{company_id}/clients/{client_id}", response_model=ClientRead)
-def get_client(company_id: uuid.UUID, client_id: str, session: SessionDep, _: Admin) -> object:
+def get_client(company_id: uuid.UUID, client_id: str, session: ReadSessionDep, _: Admin) -> object:
     return service.get_client(session, company_id=company_id, client_id=client_id)
 
 
@@ -118,14 +121,14 @@ def create_credential(
 
 @router.get("/companies/{company_id}/credentials", response_model=Page[CredentialRead])
 def list_credentials(
-    company_id: uuid.UUID, session: SessionDep, _: Admin, paging: Paging
+    company_id: uuid.UUID, session: ReadSessionDep, _: Admin, paging: Paging
 ) -> object:
     items, total = service.list_credentials(session, company_id=company_id, params=paging)
-    return Page[CredentialRead].of(items, params=paging, total=total)
+    return json_response(Page[CredentialRead].of(items, params=paging, total=total))
 
 
 @router.get("/credentials/{client_id}", response_model=CredentialRead)
-def get_credential(client_id: str, session: SessionDep, _: Admin) -> object:
+def get_credential(client_id: str, session: ReadSessionDep, _: Admin) -> object:
     return service.get_credential(session, client_id)
 
 

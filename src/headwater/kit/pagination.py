@@ -61,3 +61,24 @@ def paginate(
         query.order_by(*order_by).offset(params.offset).limit(params.page_size)
     ).all()
     return items, total
+
+
+def paginate_counted(
+    session: Session, query: Select[Any], *order_by: Any, params: PageParams
+) -> tuple[Sequence[Any], int]:
+    """As `paginate`, in one round trip: the total rides on each row as a window count.
+
+    Only an empty page (past the end) needs a second query for the total.
+    """
+    rows = session.execute(
+        query.add_columns(func.count().over().label("total"))
+        .order_by(*order_by)
+        .offset(params.offset)
+        .limit(params.page_size)
+    ).all()
+    if rows:
+        return [row[0] for row in rows], int(rows[0].total)
+    if params.page == 0:
+        return [], 0
+    total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery()))
+    return [], total or 0

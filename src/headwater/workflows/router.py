@@ -7,8 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from headwater.deps import SessionDep, WorkflowsRead, WorkflowsWrite
+from headwater.deps import ReadSessionDep, SessionDep, WorkflowsRead, WorkflowsWrite
 from headwater.kit.pagination import Page, PageParams
+from headwater.kit.responses import json_response
 from headwater.workflows import service
 from headwater.workflows.schemas import (
     CategoryCreate,
@@ -41,17 +42,19 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 
 @router.get("/workflow_categories", response_model=Page[CategoryRead])
 def list_categories(
-    query: Annotated[CategoryQuery, Query()], session: SessionDep, caller: WorkflowsRead
+    query: Annotated[CategoryQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
 ) -> object:
     """The company's categories, filtered by name/description substrings, sorted and paged."""
     items, total = service.list_categories(session, company_id=caller.actor.company_id, query=query)
-    return Page[CategoryRead].of(
-        items, params=PageParams(page=query.page, page_size=query.page_size), total=total
+    return json_response(
+        Page[CategoryRead].of(
+            items, params=PageParams(page=query.page, page_size=query.page_size), total=total
+        )
     )
 
 
 @router.get("/workflow_categories/{id}", response_model=CategoryRead)
-def get_category(id: CategoryId, session: SessionDep, caller: WorkflowsRead) -> object:
+def get_category(id: CategoryId, session: ReadSessionDep, caller: WorkflowsRead) -> object:
     return service.get_category(session, company_id=caller.actor.company_id, category_id=id)
 
 
@@ -77,16 +80,18 @@ def delete_category(id: CategoryId, session: SessionDep, caller: WorkflowsWrite)
 
 @router.get("/workflow_templates", response_model=Page[TemplateRead])
 def list_templates(
-    query: Annotated[TemplateQuery, Query()], session: SessionDep, caller: WorkflowsRead
+    query: Annotated[TemplateQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
 ) -> object:
     items, total = service.list_templates(session, company_id=caller.actor.company_id, query=query)
-    return Page[TemplateRead].of(
-        items, params=PageParams(page=query.page, page_size=query.page_size), total=total
+    return json_response(
+        Page[TemplateRead].of(
+            items, params=PageParams(page=query.page, page_size=query.page_size), total=total
+        )
     )
 
 
 @router.get("/workflow_templates/{id}", response_model=TemplateRead)
-def get_template(id: TemplateId, session: SessionDep, caller: WorkflowsRead) -> object:
+def get_template(id: TemplateId, session: ReadSessionDep, caller: WorkflowsRead) -> object:
     return service.get_template(session, company_id=caller.actor.company_id, template_id=id)
 
 
@@ -119,7 +124,7 @@ def create_workflow(body: WorkflowCreate, session: SessionDep, caller: Workflows
 
 
 @router.get("/workflows/{workflow_id}", response_model=WorkflowRead)
-def get_workflow(workflow_id: WorkflowId, session: SessionDep, caller: WorkflowsRead) -> object:
+def get_workflow(workflow_id: WorkflowId, session: ReadSessionDep, caller: WorkflowsRead) -> object:
     return service.get_workflow(
         session, company_id=caller.actor.company_id, workflow_id=workflow_id
     )
@@ -142,18 +147,20 @@ def update_workflow(
 
 @router.get("/workflow_tasks", response_model=Page[TaskRead])
 def list_tasks(
-    query: Annotated[TaskQuery, Query()], session: SessionDep, caller: WorkflowsRead
+    query: Annotated[TaskQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
 ) -> object:
     """A workflow's tasks, in the order of its template's steps."""
     params = PageParams(page=query.page, page_size=query.page_size)
     items, total = service.list_tasks(
         session, company_id=caller.actor.company_id, workflow_id=query.workflow_id, params=params
     )
-    return Page[TaskRead].of(items, params=params, total=total)
+    return json_response(Page[TaskRead].of(items, params=params, total=total))
 
 
 @router.get("/workflow_tasks/actions/{workflow_action_id}", response_model=TaskRead)
-def get_task(workflow_action_id: ActionId, session: SessionDep, caller: WorkflowsRead) -> object:
+def get_task(
+    workflow_action_id: ActionId, session: ReadSessionDep, caller: WorkflowsRead
+) -> object:
     return service.get_task(session, company_id=caller.actor.company_id, task_id=workflow_action_id)
 
 

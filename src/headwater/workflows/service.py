@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import service as activity
@@ -177,18 +177,25 @@ def get_category(
     return row
 
 
-def list_categories(
-    session: Session, *, company_id: uuid.UUID, query: CategoryQuery
-) -> tuple[Sequence[WorkflowCategory], int]:
+def category_statement(
+    *, company_id: uuid.UUID, query: CategoryQuery
+) -> tuple[Select[WorkflowCategory], list[Any]]:
+    """The company's categories matching the filters, and the list's total order."""
     stmt = select(WorkflowCategory).where(WorkflowCategory.company_id == company_id)
     for name in ("name", "description"):
         needle = getattr(query, name)
         if needle:
             stmt = stmt.where(_icontains(getattr(WorkflowCategory, name), needle))
-    column = getattr(WorkflowCategory, query.sort_by)
-    order = [column, WorkflowCategory.id]
+    order = [getattr(WorkflowCategory, query.sort_by), WorkflowCategory.id]
     if query.sort_direction == "desc":
         order = [c.desc() for c in order]
+    return stmt, order
+
+
+def list_categories(
+    session: Session, *, company_id: uuid.UUID, query: CategoryQuery
+) -> tuple[Sequence[WorkflowCategory], int]:
+    stmt, order = category_statement(company_id=company_id, query=query)
     return paginate(
         session, stmt, *order, params=PageParams(page=query.page, page_size=query.page_size)
     )

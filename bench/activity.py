@@ -1,0 +1,335 @@
+"""Activity search and category list latency at scale (issue 3's benchmark).
+
+On PostgreSQL: loads 1,000,000 activity entries across 50 companies with valid chain
+hashes (COPY), and 100,000 categories in one company; then, through the HTTP API with an
+authenticated client at concurrency 8, measures requests/s and latency p50/p95 of
+
+  (a) search, no filter, newest first        (b) filter on resource_id
+  (c) author_id + timestamp range            (d) resource_type + action + timestamp range
+  (e) page 500 of (a)                        (f) category list filtered by name
+
+and prints the EXPLAIN ANALYZE plan of each query. Targets: p95 <= 25 ms for (a)-(d) and (f).
+
+    uv run python -m bench.activity [--seconds 10] [--entries 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import psycopg
+from sqlalchemy import func, select, text
+
+from bench.common import bench_database, production_server, report, request_script, run_wrk
+from headwater.activity import chain
+from headwater.activity import service as activity
+from headwater.activity.schemas import ActivitySearch
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.workflows import service as workflows
+from headwater.workflows.schemas import CategoryQuery
+
+OPERATOR, SECRET = "bench-operator", "bench-operator-secret-0123456789"
+COMPANIES = 50
+TYPES = ["workflow", "workflow_task", "workflow_category", "workflow_template", "dataset"]
+ACTIONS = ["create", "update", "update", "update", "delete"]
+WORDS = [
+    "supplier",
+    "onboarding",
+    "quarterly",
+    "reporting",
+    "payroll",
+    "audit",
+    "logistics",
+    "compliance",
+    "intake",
+    "renewal",
+    "procurement",
+    "invoice",
+    "claims",
+    "hiring",
+    "review",
+    "export",
+    "import",
+    "vendor",
+    "contract",
+    "safety",
+    "training",
+]
+
+
+def load_activity(database_url: str, companies: list[uuid.UUID], entries: int) -> float:
+    """COPY `entries` chained entries spread over `companies`; returns seconds taken."""
+    rng = random.Random(7)
+    per_company = entries // len(companies)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    began = time.perf_counter()
+    heads: dict[uuid.UUID, str] = {}
+    columns = (
+        "id, company_id, seq, resource_type, resource_id, author_id, action, before, "
+        "after, timestamp, prev_hash, hash"
+    )
+    with psycopg.connect(database_url) as conn, conn.cursor() as cur:
+        with cur.copy(f"COPY activity_entries ({columns}) FROM STDIN") as copy:
+            for company in companies:
+                authors = [uuid.uuid4() for _ in range(10)]
+                resources = [uuid.uuid4() for _ in range(per_company // 10)]
+                prev = chain.GENESIS
+                for seq in range(1, per_company + 1):
+                    action = ACTIONS[rng.randrange(5)]
+                    state = {
+                        "id": str(resources[seq % len(resources)]),
+                        "name": f"thing {seq}",
+                        "status": "active",
+                        "description": "x" * 80,
+                    }
+                    entry = SimpleNamespace(
+                        id=uuid.uuid4(),
+                        company_id=company,
+                        resource_type=TYPES[rng.randrange(5)],
+                        resource_id=resources[rng.randrange(len(resources))],
+                        author_id=authors[rng.randrange(10)],
+                        action=action,
+                        before=None if action == "create" else state,
+                        after=None if action == "delete" else state,
+                        timestamp=start + timedelta(seconds=seq * 1.5),
+                    )
+                    digest = chain.link(prev, activity.chain_fields(entry))  # type: ignore[arg-type]
+                    copy.write_row(
+                        (
+                            entry.id,
+                            company,
+                            seq,
+                            entry.resource_type,
+                            entry.resource_id,
+                            entry.author_id,
+                            action,
+                            None if entry.before is None else json.dumps(entry.before),
+                            None if entry.after is None else json.dumps(entry.after),
+                            entry.timestamp,
+                            prev,
+                            digest,
+                        )
+                    )
+                    prev = digest
+                heads[company] = prev
+        cur.executemany(
+            "INSERT INTO activity_heads (company_id, count, hash) VALUES (%s, %s, %s) "
+            "ON CONFLICT (company_id) DO UPDATE SET count = excluded.count, hash = excluded.hash",
+            [(company, per_company, digest) for company, digest in heads.items()],
+        )
+        conn.commit()
+    return time.perf_counter() - began
+
+
+def load_categories(database_url: str, company: uuid.UUID, count: int, author: str) -> float:
+    rng = random.Random(11)
+    began = time.perf_counter()
+    now = datetime.now(UTC)
+    with psycopg.connect(database_url) as conn, conn.cursor() as cur:
+        with cur.copy(
+            "COPY workflow_categories (id, company_id, name, description, created_at, "
+            "updated_at, created_by, updated_by) FROM STDIN"
+        ) as copy:
+            for i in range(count):
+                name = f"{rng.choice(WORDS).title()} {rng.choice(WORDS)} {i:06d}"
+                stamp = now - timedelta(seconds=count - i)
+                copy.write_row(
+                    (
+                        uuid.uuid4(),
+                        company,
+                        name,
+                        f"About {name.lower()}",
+                        stamp,
+                        stamp,
+                        author,
+                        author,
+                    )
+                )
+        conn.commit()
+    return time.perf_counter() - began
+
+
+def explain(db: Database, statement: Any) -> str:
+    with db.session() as session:
+        sql = str(
+            statement.compile(
+                dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}
+            )
+        )
+        rows = session.execute(text("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql)).scalars()
+        return "\n".join("    " + r for r in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--categories", type=int, default=100_000)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+
+    with bench_database("headwater_bench_activity") as database_url:
+        env = {
+            "HEADWATER_DATABASE_URL": database_url,
+            "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR,
+            "HEADWATER_BOOTSTRAP_CLIENT_SECRET": SECRET,
+            "HEADWATER_RATE_LIMIT_PER_SECOND": "1000000000",
+            "HEADWATER_RATE_LIMIT_BURST": "1000000000",
+            "HEADWATER_LOG_LEVEL": "WARNING",
+        }
+        with production_server(env, args.workers) as url:
+            admin = {
+                "Authorization": "Bearer "
+                + httpx.post(
+                    url + "/oauth/token",
+                    json={
+                        "client_id": OPERATOR,
+                        "client_secret": SECRET,
+                        "audience": "headwater-api",
+                    },
+                ).json()["access_token"]
+            }
+            companies = [
+                uuid.UUID(
+                    httpx.post(
+                        url + "/admin/v1/companies", headers=admin, json={"name": f"bench {i}"}
+                    ).json()["id"]
+                )
+                for i in range(COMPANIES)
+            ]
+            cred = httpx.post(
+                f"{url}/admin/v1/companies/{companies[0]}/credentials",
+                headers=admin,
+                json={"name": "bench", "scopes": ["activities:read", "workflows:read"]},
+            ).json()
+            token = httpx.post(
+                url + "/oauth/token",
+                json={
+                    "client_id": cred["client_id"],
+                    "client_secret": cred["client_secret"],
+                    "audience": "headwater-api",
+                },
+            ).json()["access_token"]
+
+            seconds_entries = load_activity(database_url, companies, args.entries)
+            seconds_categories = load_categories(
+                database_url, companies[0], args.categories, cred["author_id"]
+            )
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE")
+            print(
+                f"loaded {args.entries:,} chained entries over {COMPANIES} companies in "
+                f"{seconds_entries:.1f} s ({args.entries / seconds_entries:,.0f}/s); "
+                f"{args.categories:,} categories in one company in {seconds_categories:.1f} s"
+            )
+
+            db = Database(Settings(database_url=database_url))
+            with db.session() as session:
+                sample = session.execute(
+                    text(
+                        "SELECT resource_id, author_id, timestamp FROM activity_entries "
+                        "WHERE company_id = :c ORDER BY seq DESC LIMIT 1 OFFSET :o"
+                    ),
+                    {"c": companies[0], "o": args.entries // COMPANIES // 4},
+                ).one()
+                verified = activity.verify(session, company_id=companies[0])
+            print(
+                f"chain of company 0 verifies: {verified.finding is None} "
+                f"({verified.head.count:,} entries)"
+            )
+
+            since = (sample.timestamp - timedelta(days=2)).isoformat()
+            until = sample.timestamp.isoformat()
+            shapes: dict[str, dict[str, Any]] = {
+                "(a) no filter, newest first": {},
+                "(b) resource_id": {"filter": {"resource_id": str(sample.resource_id)}},
+                "(c) author_id + timestamp range": {
+                    "filter": {
+                        "author_id": str(sample.author_id),
+                        "timestamp": {"$gte": since, "$lt": until},
+                    }
+                },
+                "(d) resource_type + action + range": {
+                    "filter": {
+                        "resource_type": "workflow",
+                        "action": "update",
+                        "timestamp": {"$gt": since, "$lte": until},
+                    }
+                },
+                "(e) page 500 of (a)": {"page": 500},
+            }
+            common = {"seconds": args.seconds, "connections": 8, "threads": 2}
+            bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+            results = {}
+            for label, shape in shapes.items():
+                body = {
+                    "page": 0,
+                    "page_size": 20,
+                    "sort_by": "timestamp",
+                    "sort_direction": "desc",
+                } | shape
+                check = httpx.post(url + "/app/v1/activities/search", json=body, headers=bearer)
+                assert check.status_code == 200, check.text
+                results[label] = (
+                    run_wrk(
+                        url + "/app/v1/activities/search",
+                        **common,
+                        script=request_script(method="POST", body=json.dumps(body), headers=bearer),
+                    ),
+                    check.json()["total_entries"],
+                    body,
+                )
+            word = "audit"
+            category_url = f"{url}/app/v1/workflow_categories?name={word}&page_size=20"
+            matched = httpx.get(category_url, headers=bearer).json()["total_entries"]
+            category_result = run_wrk(category_url, **common, script=request_script(headers=bearer))
+
+        print(
+            f"\nconcurrency 8, {args.seconds} s each, {args.workers} API workers, "
+            f"{os.cpu_count()} cores shared with the load generator"
+        )
+        for label, (result, total, _) in results.items():
+            print(report(f"{label} [{total:,} match]", result))
+        print(report(f"(f) categories name~{word!r} [{matched:,} match]", category_result))
+        met = (
+            all(
+                r.latency_p95_ms <= 25
+                for label, (r, _, _) in results.items()
+                if not label.startswith("(e)")
+            )
+            and category_result.latency_p95_ms <= 25
+        )
+        print(f"p95 <= 25 ms for (a)-(d) and (f): {'met' if met else 'NOT met'}")
+
+        print("\nEXPLAIN ANALYZE, page and count queries as the API runs them:")
+        for label, (_, _, body) in results.items():
+            stmt, order = activity.search_statement(
+                company_id=companies[0], query=ActivitySearch.model_validate(body)
+            )
+            page = stmt.order_by(*order).offset(body.get("page", 0) * 20).limit(20)
+            count = select(func.count()).select_from(stmt.order_by(None).subquery())
+            print(f"{label}\n  page:\n{explain(db, page)}\n  count:\n{explain(db, count)}")
+        stmt, order = workflows.category_statement(
+            company_id=companies[0], query=CategoryQuery(name=word)
+        )
+        page = stmt.order_by(*order).limit(20)
+        count = select(func.count()).select_from(stmt.order_by(None).subquery())
+        print(
+            f"(f) categories name~{word!r}\n  page:\n{explain(db, page)}\n"
+            f"  count:\n{explain(db, count)}"
+        )
+        db.dispose()
+
+
+if __name__ == "__main__":
+    main()
