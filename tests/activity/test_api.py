@@ -267,3 +267,13 @@ def test_malformed_json_and_wrong_content_type(tenant: Tenant) -> None:
         headers=tenant.headers | {"Content-Type": "application/json"},
     )
     assert_problem(response, 400, "malformed_json")
+
+
+def test_search_totals_follow_new_entries(tenant: Tenant) -> None:
+    body = {"page": 0, "page_size": 1, "filter": {"action": "create"}}
+    tenant.category("a")
+    assert tenant.search(body)["total_entries"] == 1
+    assert tenant.search({"page": 0, "page_size": 1})["total_entries"] == 1
+    tenant.category("b")
+    assert tenant.search(body)["total_entries"] == 2
+    assert tenant.search({"page": 0, "page_size": 1})["total_entries"] == 2

@@ -519,3 +519,19 @@ def test_scopes(client: TestClient, admin: dict[str, str], company: str) -> None
 
 def test_operator_tokens_are_not_a_company(client: TestClient, admin: dict[str, str]) -> None:
     assert_problem(client.get("/app/v1/workflow_categories", headers=admin), 403)
+
+
+def test_totals_follow_every_change(tenant: Tenant) -> None:
+    """Totals may be answered from a cache; a write must never leave them stale."""
+    tenant.category("Audit one")
+    assert _list(tenant, name="audit")["total_entries"] == 1
+    second = tenant.category("Audit two")
+    assert _list(tenant, name="audit")["total_entries"] == 2
+    tenant.client.patch(
+        f"/app/v1/workflow_categories/{second['id']}",
+        json={"name": "Other"},
+        headers=tenant.headers,
+    )
+    assert _list(tenant, name="audit")["total_entries"] == 1
+    tenant.client.delete(f"/app/v1/workflow_categories/{second['id']}", headers=tenant.headers)
+    assert _list(tenant)["total_entries"] == 1

@@ -15,8 +15,9 @@ from headwater.activity import chain
 from headwater.activity.models import ActivityEntry, ActivityHead
 from headwater.activity.schemas import ActivitySearch
 from headwater.kit.actor import Actor
+from headwater.kit.cache import LRU
 from headwater.kit.clock import iso_ms, utcnow_ms
-from headwater.kit.pagination import PageParams, paginate_counted
+from headwater.kit.pagination import PageParams, paginate
 
 
 def chain_fields(entry: ActivityEntry) -> dict[str, Any]:
@@ -88,6 +89,17 @@ def record(
 
 _MATCHED = ("resource_type", "resource_id", "author_id", "action")
 
+# Totals of filtered searches, keyed by the company's log position: any new entry moves
+# the position, so a cached total is never stale.
+_totals: LRU[int] = LRU(maxsize=4096)
+
+
+def log_position(session: Session, company_id: uuid.UUID) -> int:
+    """How many entries the company's log holds. Every audited change moves it forward, so
+    it versions everything of the company that is written through the services."""
+    head = session.get(ActivityHead, company_id)
+    return head.count if head else 0
+
 
 def search_statement(
     *, company_id: uuid.UUID, query: ActivitySearch
@@ -125,14 +137,14 @@ def search(
     """One page of the company's entries matching the filter, and how many match."""
     stmt, order = search_statement(company_id=company_id, query=query)
     params = PageParams(page=query.page, page_size=query.page_size)
+    position = log_position(session, company_id)
     if query.filter is None or not query.filter.model_fields_set:
-        # Unfiltered, the total is the chain head's count: no need to count the entries.
-        head = session.get(ActivityHead, company_id)
-        items = session.scalars(
-            stmt.order_by(*order).offset(params.offset).limit(params.page_size)
-        ).all()
-        return items, head.count if head else 0
-    return paginate_counted(session, stmt, *order, params=params)
+        # Unfiltered, the total is the chain's length: nothing to count.
+        return paginate(session, stmt, *order, params=params, count=lambda _: position)
+    key = (company_id, position, query.filter.model_dump_json())
+    return paginate(
+        session, stmt, *order, params=params, count=lambda total: _totals.get_or_compute(key, total)
+    )
 
 
 # --- tamper evidence --------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,32 +53,22 @@ class Page(BaseModel, Generic[T]):
 
 
 def paginate(
-    session: Session, query: Select[Any], *order_by: Any, params: PageParams
+    session: Session,
+    query: Select[Any],
+    *order_by: Any,
+    params: PageParams,
+    count: Callable[[Callable[[], int]], int] | None = None,
 ) -> tuple[Sequence[Any], int]:
-    """One page of `query` in a total order (the last `order_by` must be unique) and the count."""
-    total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+    """One page of `query` in a total order (the last `order_by` must be unique) and the count.
+
+    `count`, when given, wraps the counting query (to answer it from a cache).
+    """
+
+    def total() -> int:
+        statement = select(func.count()).select_from(query.order_by(None).subquery())
+        return session.scalar(statement) or 0
+
     items = session.scalars(
         query.order_by(*order_by).offset(params.offset).limit(params.page_size)
     ).all()
-    return items, total
-
-
-def paginate_counted(
-    session: Session, query: Select[Any], *order_by: Any, params: PageParams
-) -> tuple[Sequence[Any], int]:
-    """As `paginate`, in one round trip: the total rides on each row as a window count.
-
-    Only an empty page (past the end) needs a second query for the total.
-    """
-    rows = session.execute(
-        query.add_columns(func.count().over().label("total"))
-        .order_by(*order_by)
-        .offset(params.offset)
-        .limit(params.page_size)
-    ).all()
-    if rows:
-        return [row[0] for row in rows], int(rows[0].total)
-    if params.page == 0:
-        return [], 0
-    total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery()))
-    return [], total or 0
+    return items, count(total) if count else total()

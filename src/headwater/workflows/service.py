@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from headwater.activity import service as activity
 from headwater.kit.actor import Actor
+from headwater.kit.cache import LRU
 from headwater.kit.clock import utcnow_ms
 from headwater.kit.pagination import PageParams, paginate
 from headwater.workflows.errors import (
@@ -72,6 +73,9 @@ def status_path(target: str) -> list[str]:
 
 
 Row = TypeVar("Row", bound=Owned)
+
+# Category list totals by (company, activity log position, filters): never stale.
+_category_totals: LRU[int] = LRU(maxsize=4096)
 
 # Each audited table: its activity resource type and the API model its snapshots use.
 _AUDIT: dict[type[Owned], tuple[str, type[BaseModel]]] = {
@@ -196,8 +200,14 @@ def list_categories(
     session: Session, *, company_id: uuid.UUID, query: CategoryQuery
 ) -> tuple[Sequence[WorkflowCategory], int]:
     stmt, order = category_statement(company_id=company_id, query=query)
+    # Every category change is audited, so the activity log position versions the count.
+    key = (company_id, activity.log_position(session, company_id), query.name, query.description)
     return paginate(
-        session, stmt, *order, params=PageParams(page=query.page, page_size=query.page_size)
+        session,
+        stmt,
+        *order,
+        params=PageParams(page=query.page, page_size=query.page_size),
+        count=lambda total: _category_totals.get_or_compute(key, total),
     )
 
 
