@@ -280,19 +280,21 @@ def main() -> None:
                 } | shape
                 check = httpx.post(url + "/app/v1/activities/search", json=body, headers=bearer)
                 assert check.status_code == 200, check.text
+                script = request_script(method="POST", body=json.dumps(body), headers=bearer)
+                run_wrk(
+                    url + "/app/v1/activities/search", seconds=2, connections=8, script=script
+                )  # warm-up
                 results[label] = (
-                    run_wrk(
-                        url + "/app/v1/activities/search",
-                        **common,
-                        script=request_script(method="POST", body=json.dumps(body), headers=bearer),
-                    ),
+                    run_wrk(url + "/app/v1/activities/search", **common, script=script),
                     check.json()["total_entries"],
                     body,
                 )
             word = "audit"
             category_url = f"{url}/app/v1/workflow_categories?name={word}&page_size=20"
             matched = httpx.get(category_url, headers=bearer).json()["total_entries"]
-            category_result = run_wrk(category_url, **common, script=request_script(headers=bearer))
+            category_script = request_script(headers=bearer)
+            run_wrk(category_url, seconds=2, connections=8, script=category_script)  # warm-up
+            category_result = run_wrk(category_url, **common, script=category_script)
 
         print(
             f"\nconcurrency 8, {args.seconds} s each, {args.workers} API workers, "

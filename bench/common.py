@@ -55,9 +55,18 @@ def bench_database(name: str) -> Iterator[str]:
 @contextmanager
 def production_server(env: dict[str, str], workers: int) -> Iterator[str]:
     with tempfile.TemporaryDirectory() as data:
+        # The server's log is kept in the data directory while it runs; on failure, it is
+        # printed before the directory goes.
         full = {"HEADWATER_DATA_DIR": data, **env}
-        with running_server(full, "--workers", str(workers), "--host", "127.0.0.1") as url:
-            yield url
+        try:
+            with running_server(full, "--workers", str(workers), "--host", "127.0.0.1") as url:
+                yield url
+        except BaseException:
+            log = Path(data) / "server.log"
+            if log.exists():
+                print("--- server log (last 40 lines) ---")
+                print("\n".join(log.read_text().splitlines()[-40:]))
+            raise
 
 
 @dataclass(frozen=True)

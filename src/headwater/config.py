@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     worker_enabled: bool = True
     worker_interval_seconds: float = Field(30.0, gt=0)
     db_connect_timeout_seconds: int = Field(3, ge=1)
+    db_pre_ping: bool = False
     log_level: str = "INFO"
     log_json: bool = True
 

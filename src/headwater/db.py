@@ -81,7 +81,11 @@ def make_engine(settings: Settings) -> Engine:
         return engine
     return create_engine(
         url,
-        pool_pre_ping=True,
+        # Off by default: a ping per checkout is one more round trip on every request. Without
+        # it, the first query on a connection the server dropped fails (503, Retry-After)
+        # and SQLAlchemy then discards the whole pool; connections are also recycled.
+        pool_pre_ping=settings.db_pre_ping,
+        pool_recycle=1800,
         pool_size=10,
         max_overflow=10,
         pool_timeout=settings.db_connect_timeout_seconds,

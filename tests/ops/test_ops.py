@@ -50,6 +50,10 @@ def test_openapi_is_complete(client: TestClient) -> None:
         "/healthz",
         "/readyz",
         "/metrics",
+        "/app/v1/workflow_categories", "/app/v1/workflow_categories/{id}",
+        "/app/v1/workflow_templates", "/app/v1/workflow_templates/{id}", "/app/v1/workflows",
+        "/app/v1/workflows/{workflow_id}", "/app/v1/workflow_tasks",
+        "/app/v1/workflow_tasks/actions/{workflow_action_id}", "/app/v1/activities/search",
     ]:
         assert path in paths, path
     schemes = spec["components"]["securitySchemes"]
@@ -66,6 +70,14 @@ def test_openapi_is_complete(client: TestClient) -> None:
                 assert {"401", "403", "429"} <= set(responses), (path, method)
     create = paths["/admin/v1/companies"]["post"]
     assert create["requestBody"]["content"]["application/json"]["schema"]
+    search = paths["/app/v1/activities/search"]["post"]
+    body_schema = search["requestBody"]["content"]["application/json"]["schema"]
+    assert body_schema  # with its example request
+    assert spec["components"]["schemas"]["ActivitySearch"]["examples"]
+    listing = paths["/app/v1/workflow_categories"]["get"]
+    names = {p["name"] for p in listing["parameters"]}
+    assert {"name", "description", "page", "page_size", "sort_by", "sort_direction"} <= names
+    assert "409" in paths["/app/v1/workflows/{workflow_id}"]["patch"]["responses"]
     token = paths["/oauth/token"]["post"]
     assert {"application/json", "application/x-www-form-urlencoded"} <= set(
         token["requestBody"]["content"]

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from starlette.responses import Response
 
 from headwater.activity import service
 from headwater.activity.schemas import ActivityEntryRead, ActivitySearch
 from headwater.deps import ActivitiesRead, ReadSessionDep
-from headwater.kit.pagination import Page, PageParams
-from headwater.kit.responses import json_response
+from headwater.kit.pagination import Page
 
 router = APIRouter(prefix="/app/v1", tags=["activity"])
 
 
 @router.post("/activities/search", response_model=Page[ActivityEntryRead])
-def search(body: ActivitySearch, session: ReadSessionDep, caller: ActivitiesRead) -> object:
+def search(body: ActivitySearch, session: ReadSessionDep, caller: ActivitiesRead) -> Response:
     """Search the company's activity log. Filter members `resource_type`, `resource_id`,
     `author_id` and `action` match a value or `{"$in": [...]}`; `timestamp` takes `$gt`,
     `$gte`, `$lt`, `$lte`. Unknown members or operators answer 400."""
-    items, total = service.search(session, company_id=caller.actor.company_id, query=body)
-    return json_response(
-        Page[ActivityEntryRead].of(
-            items, params=PageParams(page=body.page, page_size=body.page_size), total=total
-        )
+    return Response(
+        service.search(session, company_id=caller.actor.company_id, query=body),
+        media_type="application/json",
     )
