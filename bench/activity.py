@@ -29,7 +29,16 @@ import httpx
 import psycopg
 from sqlalchemy import func, select, text
 
-from bench.common import bench_database, production_server, report, request_script, run_wrk
+from bench.common import (
+    OPERATOR,
+    SECRET,
+    bench_database,
+    production_server,
+    report,
+    request_script,
+    run_wrk,
+    server_env,
+)
 from headwater.activity import chain
 from headwater.activity import service as activity
 from headwater.activity.schemas import ActivitySearch
@@ -38,7 +47,6 @@ from headwater.db import Database
 from headwater.workflows import service as workflows
 from headwater.workflows.schemas import CategoryQuery
 
-OPERATOR, SECRET = "bench-operator", "bench-operator-secret-0123456789"
 COMPANIES = 50
 TYPES = ["workflow", "workflow_task", "workflow_category", "workflow_template", "dataset"]
 ACTIONS = ["create", "update", "update", "update", "delete"]
@@ -179,14 +187,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with bench_database("headwater_bench_activity") as database_url:
-        env = {
-            "HEADWATER_DATABASE_URL": database_url,
-            "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR,
-            "HEADWATER_BOOTSTRAP_CLIENT_SECRET": SECRET,
-            "HEADWATER_RATE_LIMIT_PER_SECOND": "1000000000",
-            "HEADWATER_RATE_LIMIT_BURST": "1000000000",
-            "HEADWATER_LOG_LEVEL": "WARNING",
-        }
+        env = server_env(database_url, HEADWATER_LOG_LEVEL="WARNING")
         with production_server(env, args.workers) as url:
             admin = {
                 "Authorization": "Bearer "

@@ -21,9 +21,16 @@ import os
 
 import httpx
 
-from bench.common import bench_database, production_server, report, request_script, run_wrk
-
-OPERATOR, SECRET = "bench-operator", "bench-operator-secret-0123456789"
+from bench.common import (
+    OPERATOR,
+    SECRET,
+    bench_database,
+    production_server,
+    report,
+    request_script,
+    run_wrk,
+    server_env,
+)
 
 
 def main() -> None:
@@ -34,14 +41,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with bench_database("headwater_bench_auth") as database_url:
-        env = {
-            "HEADWATER_DATABASE_URL": database_url,
-            "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR,
-            "HEADWATER_BOOTSTRAP_CLIENT_SECRET": SECRET,
-            # The benchmark measures throughput, not the per-credential limiter.
-            "HEADWATER_RATE_LIMIT_PER_SECOND": "1000000000",
-            "HEADWATER_RATE_LIMIT_BURST": "1000000000",
-        }
+        env = server_env(database_url)
         with production_server(env, args.workers) as url:
             body = {"client_id": OPERATOR, "client_secret": SECRET, "audience": "headwater-api"}
             token = httpx.post(url + "/oauth/token", json=body).json()["access_token"]

@@ -24,6 +24,22 @@ from tests.http_server import running_server  # noqa: E402
 PG_ADMIN_URL = os.environ.get("HEADWATER_BENCH_PG", "postgresql://127.0.0.1:5432/test")
 
 
+OPERATOR, SECRET = "bench-operator", "bench-operator-secret-0123456789"
+
+
+def server_env(database_url: str, **extra: str) -> dict[str, str]:
+    """Settings for a benchmarked server: PostgreSQL, a bootstrap operator, and a rate
+    limit out of the way (the benchmarks measure throughput, not the limiter)."""
+    return {
+        "HEADWATER_DATABASE_URL": database_url,
+        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR,
+        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": SECRET,
+        "HEADWATER_RATE_LIMIT_PER_SECOND": "1000000000",
+        "HEADWATER_RATE_LIMIT_BURST": "1000000000",
+        **extra,
+    }
+
+
 def ensure_wrk() -> str:
     """wrk, from Debian's packages; installed here when missing and we are root."""
     found = shutil.which("wrk")

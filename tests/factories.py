@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 from starlette.testclient import TestClient
@@ -80,3 +83,20 @@ def assert_problem(response: Any, status: int, code: str | None = None) -> dict[
     for leak in ("traceback", "select ", "insert ", "sqlalchemy", "psycopg", OPERATOR_SECRET):
         assert leak.lower() not in text
     return body
+
+
+def run_cli(
+    *args: str, data_dir: Path, database_url: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`headwater ARGS` in a process of its own, configured only through its environment."""
+    env = {"HEADWATER_DATA_DIR": str(data_dir), "PATH": "/usr/bin:/bin"}
+    if database_url:
+        env["HEADWATER_DATABASE_URL"] = database_url
+    return subprocess.run(
+        [sys.executable, "-m", "headwater.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from headwater.activity import service as activity
 from headwater.activity.models import ActivityEntry
 from headwater.config import Settings
 from headwater.db import Database
+from tests.factories import run_cli
 from tests.tenants import Tenant
 
 
@@ -195,18 +195,12 @@ def test_companies_have_separate_chains(
 def test_cli_checkpoint_and_verify(
     chained: uuid.UUID, base_settings: dict[str, Any], db: Database, tmp_path: Path
 ) -> None:
-    env = {"HEADWATER_DATA_DIR": str(base_settings["data_dir"]), "PATH": "/usr/bin:/bin"}
-    if base_settings["database_url"]:
-        env["HEADWATER_DATABASE_URL"] = base_settings["database_url"]
-
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "headwater.cli", "activity", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        return run_cli(
+            "activity",
+            *args,
+            data_dir=base_settings["data_dir"],
+            database_url=base_settings["database_url"],
         )
 
     done = run("checkpoint", "--company-id", str(chained))

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.factories import run_cli
 from tests.http_server import running_server
 
 pytestmark = pytest.mark.http
@@ -132,17 +133,8 @@ def test_logs_are_json_with_request_id_and_no_secrets(server: str, data_dir: Pat
 
 
 def test_cli_operator_commands(tmp_path: Path) -> None:
-    env = {"HEADWATER_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
-
     def run(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "headwater.cli", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_cli(*args, data_dir=tmp_path)
         assert done.returncode == 0, done.stderr + done.stdout
         return done.stdout
 
@@ -167,14 +159,7 @@ def test_cli_operator_commands(tmp_path: Path) -> None:
     run("keys", "rotate")
     keys = json.loads(run("keys", "list"))
     assert len(keys) == 2
-    refused = subprocess.run(
-        [sys.executable, "-m", "headwater.cli", "keys", "remove", keys[0]["kid"]],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    refused = run_cli("keys", "remove", keys[0]["kid"], data_dir=tmp_path)
     assert refused.returncode == 1
     assert "current signing key" in refused.stderr and "Traceback" not in refused.stderr
     run("keys", "remove", keys[1]["kid"])

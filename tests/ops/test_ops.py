@@ -50,10 +50,15 @@ def test_openapi_is_complete(client: TestClient) -> None:
         "/healthz",
         "/readyz",
         "/metrics",
-        "/app/v1/workflow_categories", "/app/v1/workflow_categories/{id}",
-        "/app/v1/workflow_templates", "/app/v1/workflow_templates/{id}", "/app/v1/workflows",
-        "/app/v1/workflows/{workflow_id}", "/app/v1/workflow_tasks",
-        "/app/v1/workflow_tasks/actions/{workflow_action_id}", "/app/v1/activities/search",
+        "/app/v1/workflow_categories",
+        "/app/v1/workflow_categories/{id}",
+        "/app/v1/workflow_templates",
+        "/app/v1/workflow_templates/{id}",
+        "/app/v1/workflows",
+        "/app/v1/workflows/{workflow_id}",
+        "/app/v1/workflow_tasks",
+        "/app/v1/workflow_tasks/actions/{workflow_action_id}",
+        "/app/v1/activities/search",
     ]:
         assert path in paths, path
     schemes = spec["components"]["securitySchemes"]

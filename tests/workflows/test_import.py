@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.factories import create_company
+from tests.factories import create_company, run_cli
 from tests.tenants import Tenant
 
 DOCUMENT = {
@@ -39,16 +38,8 @@ DOCUMENT = {
 
 
 def _run(base_settings: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"HEADWATER_DATA_DIR": str(base_settings["data_dir"]), "PATH": "/usr/bin:/bin"}
-    if base_settings["database_url"]:
-        env["HEADWATER_DATABASE_URL"] = base_settings["database_url"]
-    return subprocess.run(
-        [sys.executable, "-m", "headwater.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    return run_cli(
+        *args, data_dir=base_settings["data_dir"], database_url=base_settings["database_url"]
     )
 
 
