@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request, Security
+from fastapi import Depends, Query, Request, Security
 from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
 from fastapi.security import OAuth2, SecurityScopes
 from sqlalchemy.orm import Session
 
 from headwater.errors import InsufficientScope, MissingToken, RateLimited
 from headwater.identity.tokens import SCOPES, Principal
+from headwater.kit.pagination import PageQuery
 from headwater.runtime import Runtime
 
 oauth2 = OAuth2(
@@ -51,6 +52,9 @@ def get_read_session(runtime: RuntimeDep) -> Iterator[Session]:
 
 
 ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+
+# `page` and `page_size` of a list without other parameters; unknown parameters answer 400.
+Paging = Annotated[PageQuery, Query()]
 
 
 async def principal(

@@ -87,7 +87,14 @@ def test_paging(client: TestClient, admin: dict[str, str], company: str) -> None
 
 @pytest.mark.parametrize(
     "params",
-    [{"page": -1}, {"page_size": 0}, {"page_size": 101}, {"page": "x"}, {"page_size": "1.5"}],
+    [
+        {"page": -1},
+        {"page_size": 0},
+        {"page_size": 101},
+        {"page": "x"},
+        {"page_size": "1.5"},
+        {"colour": "red"},
+    ],
 )
 def test_bad_paging_parameters(
     client: TestClient, admin: dict[str, str], params: dict[str, Any]

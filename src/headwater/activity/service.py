@@ -18,7 +18,7 @@ from headwater.activity.schemas import ActivitySearch
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import iso_ms, utcnow_ms
-from headwater.kit.pagination import PageParams
+from headwater.kit.pagination import PageQuery
 
 
 def chain_fields(entry: ActivityEntry) -> dict[str, Any]:
@@ -151,7 +151,7 @@ def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) ->
     for data the database already typed.
     """
     stmt, order = search_statement(company_id=company_id, query=query)
-    params = PageParams(page=query.page, page_size=query.page_size)
+    params = PageQuery(page=query.page, page_size=query.page_size)
     position = log_position(session, company_id)
     rows = session.execute(
         stmt.with_only_columns(*(getattr(ActivityEntry, name) for name in _SHOWN))

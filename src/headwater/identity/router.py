@@ -6,7 +6,7 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from headwater.deps import Admin, Authenticated, ReadSessionDep, SessionDep
+from headwater.deps import Admin, Authenticated, Paging, ReadSessionDep, SessionDep
 from headwater.identity import service
 from headwater.identity.schemas import (
     ClientCreate,
@@ -19,7 +19,6 @@ from headwater.identity.schemas import (
     WhoAmI,
 )
 from headwater.kit.pagination import Page
-from headwater.kit.params import Paging
 from headwater.kit.responses import json_response
 
 router = APIRouter(prefix="/admin/v1", tags=["operator"])

@@ -27,7 +27,7 @@ from headwater.identity.models import Company, Credential, IngestionClient, Sign
 from headwater.identity.secrets import hash_secret, new_client_id, new_secret, verify_secret
 from headwater.identity.tokens import COMPANY_SCOPES, SCOPES, sign_token
 from headwater.kit.clock import utcnow
-from headwater.kit.pagination import PageParams, paginate
+from headwater.kit.pagination import PageQuery, paginate
 
 # --- companies ---------------------------------------------------------------------------
 
@@ -46,7 +46,7 @@ def get_company(session: Session, company_id: uuid.UUID) -> Company:
     return company
 
 
-def list_companies(session: Session, *, params: PageParams) -> tuple[Sequence[Company], int]:
+def list_companies(session: Session, *, params: PageQuery) -> tuple[Sequence[Company], int]:
     return paginate(session, select(Company), Company.created_at, Company.id, params=params)
 
 
@@ -86,7 +86,7 @@ def get_client(session: Session, *, company_id: uuid.UUID, client_id: str) -> In
 
 
 def list_clients(
-    session: Session, *, company_id: uuid.UUID, params: PageParams
+    session: Session, *, company_id: uuid.UUID, params: PageQuery
 ) -> tuple[Sequence[IngestionClient], int]:
     get_company(session, company_id)
     query = select(IngestionClient).where(IngestionClient.company_id == company_id)
@@ -188,7 +188,7 @@ def get_credential(
 
 
 def list_credentials(
-    session: Session, *, company_id: uuid.UUID, params: PageParams
+    session: Session, *, company_id: uuid.UUID, params: PageQuery
 ) -> tuple[Sequence[Credential], int]:
     get_company(session, company_id)
     query = select(Credential).where(Credential.company_id == company_id)

@@ -4,29 +4,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
+
+from headwater.kit.schemas import Input
 
 T = TypeVar("T")
 
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 20
 
-PageNumber = Annotated[int, Field(ge=0, description="Page number, from 0.", examples=[0])]
-PageSize = Annotated[
-    int,
-    Field(ge=1, le=MAX_PAGE_SIZE, description="Entries per page (1-100).", examples=[20]),
-]
 
+class PageQuery(Input):
+    """`page` and `page_size` of every list: query parameters, or built by a service.
 
-class PageParams(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    As a query model it refuses parameters it does not know (400); lists with filters
+    subclass it.
+    """
 
-    page: int = 0
-    page_size: int = DEFAULT_PAGE_SIZE
+    page: int = Field(0, ge=0, description="Page number, from 0.", examples=[0])
+    page_size: int = Field(
+        DEFAULT_PAGE_SIZE,
+        ge=1,
+        le=MAX_PAGE_SIZE,
+        description="Entries per page, 1-100.",
+        examples=[20],
+    )
 
     @property
     def offset(self) -> int:
@@ -41,7 +47,7 @@ class Page(BaseModel, Generic[T]):
     data: list[T]
 
     @classmethod
-    def of(cls, items: Sequence[Any], *, params: PageParams, total: int) -> Page[T]:
+    def of(cls, items: Sequence[Any], *, params: PageQuery, total: int) -> Page[T]:
         """A page of `items`: models, or rows the item model validates from attributes."""
         return cls(
             page_number=params.page,
@@ -56,7 +62,7 @@ def paginate(
     session: Session,
     query: Select[Any],
     *order_by: Any,
-    params: PageParams,
+    params: PageQuery,
     count: Callable[[Callable[[], int]], int] | None = None,
 ) -> tuple[Sequence[Any], int]:
     """One page of `query` in a total order (the last `order_by` must be unique) and the count.

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response, status
 
 from headwater.deps import ReadSessionDep, SessionDep, WorkflowsRead, WorkflowsWrite
-from headwater.kit.pagination import Page, PageParams
+from headwater.kit.pagination import Page
 from headwater.kit.responses import json_response
 from headwater.workflows import service
 from headwater.workflows.schemas import (
@@ -46,11 +46,7 @@ def list_categories(
 ) -> object:
     """The company's categories, filtered by name/description substrings, sorted and paged."""
     items, total = service.list_categories(session, company_id=caller.actor.company_id, query=query)
-    return json_response(
-        Page[CategoryRead].of(
-            items, params=PageParams(page=query.page, page_size=query.page_size), total=total
-        )
-    )
+    return json_response(Page[CategoryRead].of(items, params=query, total=total))
 
 
 @router.get("/workflow_categories/{id}", response_model=CategoryRead)
@@ -83,11 +79,7 @@ def list_templates(
     query: Annotated[TemplateQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
 ) -> object:
     items, total = service.list_templates(session, company_id=caller.actor.company_id, query=query)
-    return json_response(
-        Page[TemplateRead].of(
-            items, params=PageParams(page=query.page, page_size=query.page_size), total=total
-        )
-    )
+    return json_response(Page[TemplateRead].of(items, params=query, total=total))
 
 
 @router.get("/workflow_templates/{id}", response_model=TemplateRead)
@@ -150,11 +142,10 @@ def list_tasks(
     query: Annotated[TaskQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
 ) -> object:
     """A workflow's tasks, in the order of its template's steps."""
-    params = PageParams(page=query.page, page_size=query.page_size)
     items, total = service.list_tasks(
-        session, company_id=caller.actor.company_id, workflow_id=query.workflow_id, params=params
+        session, company_id=caller.actor.company_id, workflow_id=query.workflow_id, params=query
     )
-    return json_response(Page[TaskRead].of(items, params=params, total=total))
+    return json_response(Page[TaskRead].of(items, params=query, total=total))
 
 
 @router.get("/workflow_tasks/actions/{workflow_action_id}", response_model=TaskRead)

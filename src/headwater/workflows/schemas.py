@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from headwater.kit.clock import InputDateTime, Timestamp
-from headwater.kit.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from headwater.kit.pagination import PageQuery
 from headwater.kit.schemas import Input, Output
 
 WorkflowStatus = Literal["draft", "active", "paused", "completed", "cancelled"]
@@ -63,13 +63,6 @@ class CategoryRead(Output):
     updated_at: Timestamp
     created_by: uuid.UUID
     updated_by: uuid.UUID
-
-
-class PageQuery(Input):
-    page: int = Field(0, ge=0, description="Page number, from 0.")
-    page_size: int = Field(
-        DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE, description="Entries per page, 1-100."
-    )
 
 
 class CategoryQuery(PageQuery):

@@ -16,7 +16,7 @@ from headwater.activity import service as activity
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import utcnow_ms
-from headwater.kit.pagination import PageParams, paginate
+from headwater.kit.pagination import PageQuery, paginate
 from headwater.workflows.errors import (
     CategoryNotFound,
     IllegalTransition,
@@ -206,7 +206,7 @@ def list_categories(
         session,
         stmt,
         *order,
-        params=PageParams(page=query.page, page_size=query.page_size),
+        params=query,
         count=lambda total: _category_totals.get_or_compute(key, total),
     )
 
@@ -278,7 +278,7 @@ def list_templates(
         stmt,
         WorkflowTemplate.created_at,
         WorkflowTemplate.id,
-        params=PageParams(page=query.page, page_size=query.page_size),
+        params=query,
     )
 
 
@@ -374,7 +374,7 @@ def change_workflow(
 
 
 def list_tasks(
-    session: Session, *, company_id: uuid.UUID, workflow_id: uuid.UUID, params: PageParams
+    session: Session, *, company_id: uuid.UUID, workflow_id: uuid.UUID, params: PageQuery
 ) -> tuple[Sequence[WorkflowTask], int]:
     get_workflow(session, company_id=company_id, workflow_id=workflow_id)
     stmt = select(WorkflowTask).where(
