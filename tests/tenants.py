@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+from sqlalchemy.orm import Session
 from starlette.testclient import TestClient
 
+from headwater.activity import service as activity
+from headwater.kit.actor import Actor
 from tests.factories import auth, create_credential, get_token
 
 ALL = ["workflows:read", "workflows:write", "activities:read"]
@@ -22,6 +26,10 @@ class Tenant:
         self.headers = auth(
             get_token(client, self.credential["client_id"], self.credential["client_secret"])
         )
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(uuid.UUID(self.company_id), uuid.UUID(self.author_id))
 
     def post(self, path: str, body: Any, status: int = 201) -> dict[str, Any]:
         response = self.client.post(path, json=body, headers=self.headers)
@@ -63,3 +71,16 @@ class Tenant:
 
     def search(self, body: dict[str, Any], status: int = 200) -> Any:
         return self.post("/app/v1/activities/search", body, status)
+
+
+def record_entry(session: Session, tenant: Tenant) -> None:
+    """One activity entry written through the service, in `session`'s transaction."""
+    activity.record(
+        session,
+        actor=tenant.actor,
+        action="create",
+        resource_type="workflow",
+        resource_id=uuid.uuid4(),
+        before=None,
+        after={"n": 1},
+    )

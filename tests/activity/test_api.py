@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.factories import assert_problem
-from tests.tenants import Tenant
+from tests.tenants import Tenant, record_entry
 
 ISO_MS_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 ENTRY_FIELDS = {
@@ -104,23 +104,13 @@ def test_failed_writes_leave_no_entry(tenant: Tenant) -> None:
 
 
 def test_rolled_back_transaction_leaves_no_entry(tenant: Tenant, settings: Any) -> None:
-    from headwater.activity import service as activity
     from headwater.db import Database
-    from headwater.kit.actor import Actor
 
     before = len(_all(tenant))
     db = Database(settings)
     try:
         with db.session() as session:
-            activity.record(
-                session,
-                actor=Actor(uuid.UUID(tenant.company_id), uuid.UUID(tenant.author_id)),
-                action="create",
-                resource_type="workflow",
-                resource_id=uuid.uuid4(),
-                before=None,
-                after={"x": 1},
-            )
+            record_entry(session, tenant)
             session.rollback()
     finally:
         db.dispose()

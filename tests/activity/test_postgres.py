@@ -20,9 +20,8 @@ from headwater.activity.schemas import ActivitySearch
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.identity.models import Company
-from headwater.kit.actor import Actor
 from headwater.kit.clock import utcnow_ms
-from tests.tenants import Tenant
+from tests.tenants import Tenant, record_entry
 
 
 @pytest.fixture(scope="module")
@@ -35,30 +34,18 @@ def pg(settings: Settings, backend: str, client: Any) -> Iterator[Database]:
     db.dispose()
 
 
-def _record(session: Any, tenant: Tenant) -> None:
-    activity.record(
-        session,
-        actor=Actor(uuid.UUID(tenant.company_id), uuid.UUID(tenant.author_id)),
-        action="create",
-        resource_type="workflow",
-        resource_id=uuid.uuid4(),
-        before=None,
-        after={"n": 1},
-    )
-
-
 def test_writes_for_different_companies_do_not_wait(
     pg: Database, tenant: Tenant, other_tenant: Tenant
 ) -> None:
     with pg.session() as holder:
-        _record(holder, tenant)  # holds tenant's chain head until it commits
+        record_entry(holder, tenant)  # holds tenant's chain head until it commits
         with pg.session() as other:
             other.execute(text("SET LOCAL lock_timeout = '2s'"))
-            _record(other, other_tenant)
+            record_entry(other, other_tenant)
             other.commit()  # another company: no wait
         with pg.session() as same, pytest.raises(OperationalError, match="lock timeout"):
             same.execute(text("SET LOCAL lock_timeout = '200ms'"))
-            _record(same, tenant)  # the same company: waits for the holder
+            record_entry(same, tenant)  # the same company: waits for the holder
         holder.commit()
     for t in (tenant, other_tenant):
         with pg.session() as session:

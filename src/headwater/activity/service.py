@@ -18,7 +18,7 @@ from headwater.activity.schemas import ActivitySearch
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import iso_ms, utcnow_ms
-from headwater.kit.pagination import PageQuery
+from headwater.kit.pagination import PageQuery, total_pages
 
 
 def chain_fields(entry: ActivityEntry) -> dict[str, Any]:
@@ -170,7 +170,7 @@ def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) ->
             "page_number": params.page,
             "page_size": params.page_size,
             "total_entries": total,
-            "total_pages": -(-total // params.page_size),
+            "total_pages": total_pages(total, params.page_size),
             "data": [{**row._asdict(), "timestamp": iso_ms(row.timestamp)} for row in rows],
         }
     )

@@ -39,6 +39,10 @@ class PageQuery(Input):
         return self.page * self.page_size
 
 
+def total_pages(total: int, page_size: int) -> int:
+    return math.ceil(total / page_size)
+
+
 class Page(BaseModel, Generic[T]):
     page_number: int = Field(examples=[0])
     page_size: int = Field(examples=[20])
@@ -53,7 +57,7 @@ class Page(BaseModel, Generic[T]):
             page_number=params.page,
             page_size=params.page_size,
             total_entries=total,
-            total_pages=math.ceil(total / params.page_size),
+            total_pages=total_pages(total, params.page_size),
             data=list(items),
         )
 
