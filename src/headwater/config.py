@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     jwks_max_age_seconds: float = Field(600.0, gt=0)
 
     max_body_bytes: int = Field(5 * 1024 * 1024, gt=0)
+    max_batch_records: int = Field(1000, gt=0)
+    max_json_depth: int = Field(32, ge=2, le=512)
+    idempotency_ttl_seconds: int = Field(86400, gt=0)
     rate_limit_per_second: float = Field(100.0, gt=0)
     rate_limit_burst: int = Field(200, gt=0)
 

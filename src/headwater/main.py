@@ -20,6 +20,7 @@ from headwater.config import Settings, get_settings
 from headwater.identity import router as identity_router
 from headwater.identity import token_router
 from headwater.identity.errors import OAuthError
+from headwater.ingestion import router as ingestion_router
 from headwater.ops import router as ops_router
 from headwater.ops.logs import configure_logging
 from headwater.ops.middleware import BodyLimitMiddleware, ObservabilityMiddleware
@@ -74,6 +75,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(token_router.router)
     app.include_router(identity_router.token_info)
     app.include_router(identity_router.router)
+    app.include_router(ingestion_router.admin)
+    app.include_router(ingestion_router.router)
     app.include_router(workflows_router.router)
     app.include_router(activity_router.router)
     app.include_router(ops_router.router)

@@ -57,6 +57,16 @@ _ERRORS: dict[str, tuple[str, str, str]] = {
         "Payload too large",
         "The request body is larger than the limit of 5242880 bytes.",
     ),
+    "415": (
+        "unsupported_media_type",
+        "Unsupported media type",
+        "Send the push as application/json, not text/plain.",
+    ),
+    "422": (
+        "validation_failed",
+        "Records failed validation",
+        "2 validation error(s); nothing was stored.",
+    ),
     "429": ("rate_limited", "Too many requests", "Rate limit exceeded; retry in 1 s."),
     "503": (
         "database_unavailable",
@@ -76,6 +86,15 @@ _PROBLEM_SCHEMA: dict[str, Any] = {
         "detail": {"type": "string"},
         "code": {"type": "string", "description": "Machine-readable error code."},
         "request_id": {"type": "string"},
+        "transaction_id": {
+            "type": "string",
+            "format": "uuid",
+            "description": "422: the rejected transaction, kept for lookup.",
+        },
+        "error_count": {
+            "type": "integer",
+            "description": "422: every error found; `errors` lists the first 100.",
+        },
         "errors": {
             "type": "array",
             "items": {
@@ -87,6 +106,18 @@ _PROBLEM_SCHEMA: dict[str, Any] = {
                         "description": "Parameter name, or JSON Pointer in the body.",
                     },
                     "message": {"type": "string"},
+                    "record": {
+                        "type": "integer",
+                        "description": "422: index of the failing record in `data`.",
+                    },
+                    "path": {
+                        "type": "string",
+                        "description": "422: JSON Pointer into the record.",
+                    },
+                    "keyword": {
+                        "type": "string",
+                        "description": "422: the schema keyword that failed.",
+                    },
                 },
             },
         },
@@ -114,6 +145,14 @@ def _problem(status: str) -> dict[str, Any]:
     }
 
 
+def _is_fastapi_validation(response: dict[str, Any] | None) -> bool:
+    """FastAPI's own 422 (request validation): Headwater answers those as 400."""
+    if response is None:
+        return False
+    schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+    return str(schema.get("$ref", "")).endswith("/HTTPValidationError")
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -126,7 +165,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     for path, operations in schema["paths"].items():
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
-            had_validation = responses.pop("422", None) is not None
+            had_validation = _is_fastapi_validation(responses.get("422"))
+            if had_validation:
+                del responses["422"]
             wanted = ["503"]
             if path == "/oauth/token":
                 continue
@@ -142,9 +183,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 if existing:
                     problem["description"] = existing.get("description", problem["description"])
                 responses[status] = problem
-            if "409" in responses:
-                responses["409"] = _problem("409") | {
-                    "description": responses["409"]["description"]
+            for status in set(responses) & set(_ERRORS) - set(wanted):
+                responses[status] = _problem(status) | {
+                    "description": responses[status]["description"]
                 }
     app.openapi_schema = schema
     return schema

@@ -1,0 +1,407 @@
+"""Dataset registry use cases: register, add schema versions, change options, read.
+
+Writes are the operator's (scope `admin`); each writes activity entries into the owning
+company's log, in the same transaction, authored by the operator's credential.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from headwater.activity import service as activity
+from headwater.identity.models import IngestionClient
+from headwater.identity.tokens import Principal
+from headwater.ingestion import normalise, validation
+from headwater.ingestion.errors import (
+    ClientNotAllowed,
+    ClientNotFound,
+    DatasetExists,
+    DatasetNotFound,
+    IncompatibleSchema,
+    InvalidSchema,
+)
+from headwater.ingestion.models import Dataset, DatasetSchema, Record
+from headwater.ingestion.schemas import (
+    DatasetOptions,
+    DatasetQuery,
+    DatasetRead,
+    SchemaVersionRead,
+)
+from headwater.kit.actor import Actor
+from headwater.kit.cache import LRU
+from headwater.kit.clock import iso_ms, utcnow_ms
+from headwater.kit.pagination import PageQuery, paginate
+
+COMPATIBILITY_SAMPLE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """What a push needs of one schema version under one set of options."""
+
+    validator: validation.Validator
+    normaliser: normalise.Normaliser
+
+
+# Keyed by (dataset, version, options as JSON): a new version or new options is a new key.
+_compiled: LRU[Compiled] = LRU(maxsize=1024)
+
+
+def compiled(
+    session: Session, *, dataset_pk: uuid.UUID, version: int, options: dict[str, Any], coerce: bool
+) -> Compiled:
+    """The cached validator and normaliser of a schema version."""
+    parsed = DatasetOptions.model_validate(options)
+
+    def build() -> Compiled:
+        schema = session.scalars(
+            select(DatasetSchema.schema).where(
+                DatasetSchema.dataset_pk == dataset_pk, DatasetSchema.version == version
+            )
+        ).one()
+        return Compiled(
+            validator=validation.compile_schema(schema),
+            normaliser=normalise.compile_normaliser(schema, parsed.normalisation(coerce=coerce)),
+        )
+
+    key = (dataset_pk, version, parsed.model_dump_json(), coerce)
+    return _compiled.get_or_compute(key, build)
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+def usable_client(session: Session, caller: Principal, client_id: str) -> IngestionClient:
+    """The ingestion client, if this token may use it; else 403 (whether or not it exists)."""
+    company_id = caller.actor.company_id
+    if caller.may_use_client(client_id):
+        client = session.get(IngestionClient, client_id)
+        if client is not None and client.company_id == company_id and client.revoked_at is None:
+            return client
+    raise ClientNotAllowed(client_id)
+
+
+def list_visible(
+    session: Session, caller: Principal, query: DatasetQuery
+) -> tuple[list[DatasetRead], int]:
+    """The datasets of the clients the caller may use (one client's, if named)."""
+    statement = select(Dataset).where(Dataset.company_id == caller.actor.company_id)
+    if query.client_id is not None:
+        usable_client(session, caller, query.client_id)
+        statement = statement.where(Dataset.client_id == query.client_id)
+    elif caller.client_ids:
+        statement = statement.where(Dataset.client_id.in_(caller.client_ids))
+    return page(session, statement, params=query)
+
+
+def _current_schemas(session: Session, datasets: Sequence[Dataset]) -> dict[uuid.UUID, Any]:
+    rows = session.execute(
+        select(
+            DatasetSchema.dataset_pk,
+            DatasetSchema.version,
+            DatasetSchema.schema,
+            DatasetSchema.created_at,
+        )
+        .where(DatasetSchema.dataset_pk.in_([d.id for d in datasets]))
+        .order_by(DatasetSchema.dataset_pk, DatasetSchema.version)
+    ).all()
+    views: dict[uuid.UUID, Any] = {d.id: {"versions": [], "schema": None} for d in datasets}
+    current = {d.id: d.schema_version for d in datasets}
+    for pk, version, schema, created_at in rows:
+        views[pk]["versions"].append({"schema_version": version, "created_at": created_at})
+        if version == current[pk]:
+            views[pk]["schema"] = schema
+    return views
+
+
+def views(session: Session, datasets: Sequence[Dataset]) -> list[DatasetRead]:
+    """The API view of each dataset, with its current schema and every version's number."""
+    if not datasets:
+        return []
+    extra = _current_schemas(session, datasets)
+    return [
+        DatasetRead(
+            client_id=d.client_id,
+            dataset_id=d.dataset_id,
+            schema_version=d.schema_version,
+            schema_=extra[d.id]["schema"],
+            options=DatasetOptions.model_validate(d.options),
+            versions=extra[d.id]["versions"],
+            created_at=d.created_at,
+            updated_at=d.updated_at,
+        )
+        for d in datasets
+    ]
+
+
+def find(session: Session, *, client_id: str, dataset_id: str, lock: bool = False) -> Dataset:
+    statement = select(Dataset).where(
+        Dataset.client_id == client_id, Dataset.dataset_id == dataset_id
+    )
+    if lock:
+        statement = statement.with_for_update()
+    dataset = session.scalars(statement).one_or_none()
+    if dataset is None:
+        raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.")
+    return dataset
+
+
+def page(
+    session: Session, statement: Select[Any], *, params: PageQuery
+) -> tuple[list[DatasetRead], int]:
+    rows, total = paginate(session, statement, Dataset.client_id, Dataset.dataset_id, params=params)
+    return views(session, rows), total
+
+
+def list_for_client(
+    session: Session, *, client_id: str, params: PageQuery
+) -> tuple[list[DatasetRead], int]:
+    _client(session, client_id)
+    return page(session, select(Dataset).where(Dataset.client_id == client_id), params=params)
+
+
+def get(session: Session, *, client_id: str, dataset_id: str) -> DatasetRead:
+    return views(session, [find(session, client_id=client_id, dataset_id=dataset_id)])[0]
+
+
+def versions(
+    session: Session, *, client_id: str, dataset_id: str, params: PageQuery
+) -> tuple[list[SchemaVersionRead], int]:
+    dataset = find(session, client_id=client_id, dataset_id=dataset_id)
+    rows, total = paginate(
+        session,
+        select(DatasetSchema).where(DatasetSchema.dataset_pk == dataset.id),
+        DatasetSchema.version,
+        params=params,
+    )
+    return [_version_view(r) for r in rows], total
+
+
+def version(session: Session, *, client_id: str, dataset_id: str, number: int) -> SchemaVersionRead:
+    dataset = find(session, client_id=client_id, dataset_id=dataset_id)
+    row = session.scalars(
+        select(DatasetSchema).where(
+            DatasetSchema.dataset_pk == dataset.id, DatasetSchema.version == number
+        )
+    ).one_or_none()
+    if row is None:
+        raise DatasetNotFound(f"Dataset {dataset_id!r} has no schema version {number}.")
+    return _version_view(row)
+
+
+def _version_view(row: DatasetSchema) -> SchemaVersionRead:
+    return SchemaVersionRead(
+        schema_version=row.version,
+        schema_=row.schema,
+        author_id=row.author_id,
+        created_at=row.created_at,
+    )
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+def _client(session: Session, client_id: str) -> IngestionClient:
+    client = session.get(IngestionClient, client_id)
+    if client is None or client.revoked_at is not None:
+        raise ClientNotFound(f"No ingestion client {client_id!r}.")
+    return client
+
+
+def _checked(schema: dict[str, Any]) -> validation.Validator:
+    problems = validation.schema_problems(schema)
+    if problems:
+        raise InvalidSchema(problems)
+    return validation.compile_schema(schema)
+
+
+def _snapshot(dataset: Dataset) -> dict[str, Any]:
+    return {
+        "id": str(dataset.id),
+        "client_id": dataset.client_id,
+        "dataset_id": dataset.dataset_id,
+        "schema_version": dataset.schema_version,
+        "options": dataset.options,
+        "created_at": iso_ms(dataset.created_at),
+        "updated_at": iso_ms(dataset.updated_at),
+    }
+
+
+def _add_version(
+    session: Session, dataset: Dataset, *, schema: dict[str, Any], actor: Actor
+) -> DatasetSchema:
+    row = DatasetSchema(
+        id=uuid.uuid4(),
+        dataset_pk=dataset.id,
+        version=dataset.schema_version,
+        schema=schema,
+        author_id=actor.author_id,
+        created_at=dataset.updated_at,
+    )
+    session.add(row)
+    session.flush()
+    activity.record(
+        session,
+        actor=actor,
+        action="create",
+        resource_type="dataset_schema",
+        resource_id=row.id,
+        before=None,
+        after={
+            "id": str(row.id),
+            "client_id": dataset.client_id,
+            "dataset_id": dataset.dataset_id,
+            "schema_version": row.version,
+            "schema": schema,
+            "created_at": iso_ms(row.created_at),
+        },
+    )
+    return row
+
+
+def register(
+    session: Session,
+    *,
+    author_id: uuid.UUID,
+    client_id: str,
+    dataset_id: str,
+    schema: dict[str, Any],
+    options: DatasetOptions,
+) -> DatasetRead:
+    """Register a dataset with its first schema version."""
+    client = _client(session, client_id)
+    _checked(schema)
+    exists = session.scalar(
+        select(func.count())
+        .select_from(Dataset)
+        .where(Dataset.client_id == client_id, Dataset.dataset_id == dataset_id)
+    )
+    if exists:
+        raise DatasetExists(f"Client {client_id!r} already has a dataset {dataset_id!r}.")
+    actor = Actor(company_id=client.company_id, author_id=author_id)
+    now = utcnow_ms()
+    dataset = Dataset(
+        id=uuid.uuid4(),
+        company_id=client.company_id,
+        client_id=client_id,
+        dataset_id=dataset_id,
+        schema_version=1,
+        options=options.model_dump(),
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(dataset)
+    session.flush()
+    activity.record(
+        session,
+        actor=actor,
+        action="create",
+        resource_type="dataset",
+        resource_id=dataset.id,
+        before=None,
+        after=_snapshot(dataset),
+    )
+    _add_version(session, dataset, schema=schema, actor=actor)
+    session.commit()
+    return views(session, [dataset])[0]
+
+
+def _incompatibilities(
+    session: Session, dataset: Dataset, validator: validation.Validator
+) -> list[dict[str, Any]]:
+    """What the previous version accepted that the new one refuses (compatibility
+    `backward`): its `examples` and the last 1000 stored records."""
+    previous = session.scalars(
+        select(DatasetSchema.schema).where(
+            DatasetSchema.dataset_pk == dataset.id,
+            DatasetSchema.version == dataset.schema_version,
+        )
+    ).one()
+    problems: list[dict[str, Any]] = []
+    examples = previous.get("examples")
+    for i, example in enumerate(examples if isinstance(examples, list) else []):
+        problems.extend({"example": i, **e} for e in validation.errors_of(validator, example))
+    recent = session.execute(
+        select(Record.record_id, Record.data)
+        .where(Record.dataset_pk == dataset.id)
+        .order_by(Record.ingested_at.desc(), Record.seq.desc())
+        .limit(COMPATIBILITY_SAMPLE)
+    ).all()
+    for record_id, data in recent:
+        problems.extend(
+            {"record_id": str(record_id), **e} for e in validation.errors_of(validator, data)
+        )
+    return problems
+
+
+def add_version(
+    session: Session,
+    *,
+    author_id: uuid.UUID,
+    client_id: str,
+    dataset_id: str,
+    schema: dict[str, Any],
+) -> DatasetRead:
+    """Add a schema version; under `backward` it must accept what the previous one did."""
+    client = _client(session, client_id)
+    validator = _checked(schema)
+    dataset = find(session, client_id=client_id, dataset_id=dataset_id, lock=True)
+    if dataset.options.get("compatibility", "backward") == "backward":
+        problems = _incompatibilities(session, dataset, validator)
+        if problems:
+            raise IncompatibleSchema(
+                f"The new schema refuses {len(problems)} thing(s) the current version "
+                f"{dataset.schema_version} accepts (compatibility is backward).",
+                errors=problems[: validation.MAX_LISTED_ERRORS],
+                extra={"error_count": len(problems)},
+            )
+    actor = Actor(company_id=client.company_id, author_id=author_id)
+    before = _snapshot(dataset)
+    dataset.schema_version += 1
+    dataset.updated_at = utcnow_ms()
+    session.flush()
+    activity.record(
+        session,
+        actor=actor,
+        action="update",
+        resource_type="dataset",
+        resource_id=dataset.id,
+        before=before,
+        after=_snapshot(dataset),
+    )
+    _add_version(session, dataset, schema=schema, actor=actor)
+    session.commit()
+    return views(session, [dataset])[0]
+
+
+def set_options(
+    session: Session,
+    *,
+    author_id: uuid.UUID,
+    client_id: str,
+    dataset_id: str,
+    options: DatasetOptions,
+) -> DatasetRead:
+    client = _client(session, client_id)
+    dataset = find(session, client_id=client_id, dataset_id=dataset_id, lock=True)
+    before = _snapshot(dataset)
+    dataset.options = options.model_dump()
+    dataset.updated_at = utcnow_ms()
+    session.flush()
+    activity.record(
+        session,
+        actor=Actor(company_id=client.company_id, author_id=author_id),
+        action="update",
+        resource_type="dataset",
+        resource_id=dataset.id,
+        before=before,
+        after=_snapshot(dataset),
+    )
+    session.commit()
+    return views(session, [dataset])[0]

@@ -1,0 +1,116 @@
+"""Ingestion tables: datasets and their schema versions, transactions, records, idempotency."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+    Uuid,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from headwater.db import Base, JSONDocument, UTCDateTime
+
+
+class Dataset(Base):
+    """A `dataset_id` of an ingestion client, with its current schema version and options."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("client_id", "dataset_id"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    company_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("companies.id"), index=True)
+    client_id: Mapped[str] = mapped_column(ForeignKey("ingestion_clients.client_id"))
+    dataset_id: Mapped[str] = mapped_column(String(64))
+    schema_version: Mapped[int] = mapped_column(Integer)
+    options: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DatasetSchema(Base):
+    """One version of a dataset's schema. Versions are never changed or removed."""
+
+    __tablename__ = "dataset_schemas"
+    __table_args__ = (UniqueConstraint("dataset_pk", "version"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"))
+    version: Mapped[int] = mapped_column(Integer)
+    schema: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
+    author_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Transaction(Base):
+    """What happened to one push or one file: kept whether it was stored or rejected."""
+
+    __tablename__ = "transactions"
+    __table_args__ = (
+        Index(None, "company_id", "created_at"),
+        Index(None, "dataset_pk", "created_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    company_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("companies.id"))
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(ForeignKey("datasets.id"))
+    client_id: Mapped[str] = mapped_column(String(64))
+    dataset_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(8))
+    status: Mapped[str] = mapped_column(String(16))
+    schema_version: Mapped[int | None] = mapped_column(Integer)
+    records_received: Mapped[int] = mapped_column(Integer, default=0)
+    records_accepted: Mapped[int] = mapped_column(Integer, default=0)
+    records_rejected: Mapped[int] = mapped_column(Integer, default=0)
+    error_count: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[list[dict[str, Any]]] = mapped_column(JSONDocument, default=list)
+    file_name: Mapped[str | None] = mapped_column(String(255), default=None)
+    file_size: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    content_type: Mapped[str | None] = mapped_column(String(64), default=None)
+    author_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class Record(Base):
+    """One stored record. `seq` orders records in the order they were stored."""
+
+    __tablename__ = "records"
+    __table_args__ = (
+        Index(None, "dataset_pk", "ingested_at", "seq"),
+        Index(None, "transaction_id"),
+    )
+
+    seq: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    record_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid)
+    transaction_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("transactions.id"))
+    schema_version: Mapped[int] = mapped_column(Integer)
+    ingested_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    data: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
+
+
+class IdempotencyKey(Base):
+    """The first answer to a request that carried `Idempotency-Key`, kept for a day."""
+
+    __tablename__ = "idempotency_keys"
+
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response: Mapped[bytes] = mapped_column(LargeBinary)
+    transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

@@ -1,0 +1,226 @@
+"""Normalisation (contract section 6): pure functions, applied to a record before validation.
+
+`compile_normaliser(schema, options)` reads the schema once and answers a function from
+a record to a new, normalised record; the input is never changed. Steps, in this order:
+
+1. field mapping (top-level): a source member is renamed to its schema field, unless the
+   record already has that field (then the source member is left as it is);
+2. strings are trimmed of surrounding whitespace, everywhere in the record (`trim_strings`);
+3. lossless type coercion, where the schema names a field's `type` and does not allow
+   `string` (`coerce_types`): `"42"` → 42, `"4.5"` → 4.5, `"true"`/`"false"` (any case)
+   → true/false, `""` → the member is dropped; for a field that is only `string`, an
+   integer or a finite number becomes its decimal text. Anything else is left alone
+   for validation to report;
+4. values of `format: date-time` fields with a UTC offset become UTC ISO 8601 with
+   milliseconds and `Z` (sub-millisecond digits are cut); values without an offset are
+   left alone, so validation refuses them;
+5. the schema's `default` fills a field that is absent;
+6. members the schema does not name are dropped (`drop_unknown_fields`), in every object
+   whose schema lists `properties` and neither `patternProperties` nor an
+   `additionalProperties` schema.
+
+Steps 3-6 follow `properties` and `items` (one schema for every item) down into nested
+objects and arrays; `$ref`, `allOf`, `anyOf` and `oneOf` are not followed.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from headwater.kit.strictjson import INT_MAX, INT_MIN
+
+Record = dict[str, Any]
+Normaliser = Callable[[Record], Record]
+
+_ABSENT: Any = object()
+_INTEGER = re.compile(r"[+-]?\d{1,20}")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_COERCED = ("integer", "number", "boolean")
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The normalisation part of a dataset's options."""
+
+    trim_strings: bool = True
+    coerce_types: bool = False
+    drop_unknown_fields: bool = False
+    field_map: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    types: frozenset[str]
+    date_time: bool
+    default: Any
+    shape: _Object | None
+    items: _Field | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Object:
+    fields: dict[str, _Field]
+    closed: bool
+
+
+def _types(schema: Mapping[str, Any]) -> frozenset[str]:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return frozenset([declared])
+    if isinstance(declared, list):
+        return frozenset(t for t in declared if isinstance(t, str))
+    return frozenset()
+
+
+def _compile_object(schema: Mapping[str, Any]) -> _Object | None:
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return None
+    extra = schema.get("additionalProperties")
+    closed = "patternProperties" not in schema and not isinstance(extra, dict)
+    fields = {
+        name: _compile_field(sub) for name, sub in properties.items() if isinstance(sub, dict)
+    }
+    return _Object(fields=fields, closed=closed)
+
+
+def _compile_field(schema: Mapping[str, Any]) -> _Field:
+    items = schema.get("items")
+    return _Field(
+        types=_types(schema),
+        date_time=schema.get("format") == "date-time",
+        default=schema.get("default", _ABSENT),
+        shape=_compile_object(schema),
+        items=_compile_field(items) if isinstance(items, dict) else None,
+    )
+
+
+def coerce(value: Any, types: frozenset[str]) -> Any:
+    """`value` as the type the schema names, when that loses nothing; `_ABSENT` for `""`."""
+    if not types:
+        return value
+    if isinstance(value, str):
+        if "string" in types:
+            return value
+        if value == "":
+            return _ABSENT
+        if "integer" in types and _INTEGER.fullmatch(value):
+            number = int(value)
+            return number if INT_MIN <= number <= INT_MAX else value
+        if "number" in types and _NUMBER.fullmatch(value):
+            return _number(value)
+        if "boolean" in types and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        return value
+    if types == {"string"} and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value) if isinstance(value, int) else repr(value)
+    return value
+
+
+def _number(text: str) -> Any:
+    """An int for an integer literal; a float only when it keeps every digit of `text`."""
+    if _INTEGER.fullmatch(text):
+        number = int(text)
+        return number if INT_MIN <= number <= INT_MAX else text
+    try:
+        exact = Decimal(text)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
+        return text
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        return text
+    return value if Decimal(repr(value)) == exact else text
+
+
+def utc_ms(value: str) -> str:
+    """An ISO 8601 date-time with an offset, as UTC with milliseconds and `Z`; else as is."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if parsed.tzinfo is None:
+        return value
+    parsed = parsed.astimezone(UTC)
+    return parsed.strftime("%Y-%m-%dT%H:%M:%S.") + f"{parsed.microsecond // 1000:03d}Z"
+
+
+def _trim(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, dict):
+        return {k: _trim(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trim(v) for v in value]
+    return value
+
+
+class _Compiled:
+    """One schema and options, read once; `__call__` normalises one record."""
+
+    __slots__ = ("field_map", "options", "root")
+
+    def __init__(self, root: _Object | None, options: Options) -> None:
+        self.root = root
+        self.options = options
+        self.field_map = dict(options.field_map)
+
+    def __call__(self, record: Record) -> Record:
+        if self.field_map:
+            record = _map_fields(record, self.field_map)
+        if self.options.trim_strings:
+            record = _trim(record)
+        if self.root is None:
+            return dict(record)
+        result: Record = self._object(record, self.root)
+        return result
+
+    def _value(self, value: Any, rule: _Field) -> Any:
+        if self.options.coerce_types:
+            value = coerce(value, rule.types)
+            if value is _ABSENT:
+                return value
+        if rule.date_time and isinstance(value, str):
+            return utc_ms(value)
+        if rule.shape is not None and isinstance(value, dict):
+            return self._object(value, rule.shape)
+        if rule.items is not None and isinstance(value, list):
+            items = rule.items
+            return [v for v in (self._value(item, items) for item in value) if v is not _ABSENT]
+        return value
+
+    def _object(self, obj: Mapping[str, Any], shape: _Object) -> dict[str, Any]:
+        drop = self.options.drop_unknown_fields and shape.closed
+        fields = shape.fields
+        out: dict[str, Any] = {}
+        for name, value in obj.items():
+            rule = fields.get(name)
+            if rule is None:
+                if not drop:
+                    out[name] = value
+                continue
+            normalised = self._value(value, rule)
+            if normalised is not _ABSENT:
+                out[name] = normalised
+        for name, rule in fields.items():
+            if rule.default is not _ABSENT and name not in out:
+                out[name] = copy.deepcopy(rule.default)
+        return out
+
+
+def _map_fields(record: Record, field_map: Mapping[str, str]) -> Record:
+    out = dict(record)
+    for source, target in field_map.items():
+        if source in out and target not in out:
+            out[target] = out.pop(source)
+    return out
+
+
+def compile_normaliser(schema: Mapping[str, Any], options: Options) -> Normaliser:
+    """A pure function normalising records for `schema` under `options`."""
+    return _Compiled(_compile_object(schema), options)

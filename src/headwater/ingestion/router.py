@@ -1,0 +1,350 @@
+"""Data API under /platform/v1 (contract section 4) and the dataset registry under /admin/v1."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import Response, StreamingResponse
+
+from headwater.deps import (
+    Admin,
+    DataRead,
+    DataWrite,
+    Paging,
+    ReadSessionDep,
+    RuntimeDep,
+    SessionDep,
+)
+from headwater.ingestion import datasets, service
+from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON
+from headwater.ingestion.schemas import (
+    ClientQuery,
+    DatasetCreate,
+    DatasetQuery,
+    DatasetRead,
+    OptionsUpdate,
+    PushIn,
+    PushResult,
+    RecordQuery,
+    RecordRead,
+    SchemaUpdate,
+    SchemaVersionRead,
+    TransactionQuery,
+    TransactionRead,
+)
+from headwater.kit.pagination import Page
+from headwater.kit.responses import json_response
+
+router = APIRouter(prefix="/platform/v1", tags=["data"])
+admin = APIRouter(prefix="/admin/v1", tags=["operator: datasets"])
+
+NDJSON = "application/x-ndjson"
+ClientIdPath = Annotated[str, Path(description="Ingestion client id.")]
+DatasetIdPath = Annotated[str, Path(description="Dataset id, unique within its client.")]
+
+
+async def json_body(request: Request) -> bytes:
+    """The raw push body, once its content type is JSON (else 415)."""
+    given = request.headers.get("content-type", "")
+    media, _, params = given.partition(";")
+    charset = params.strip().lower().removeprefix("charset=").strip('"') if params else "utf-8"
+    if media.strip().lower() != "application/json" or charset not in ("utf-8", "utf8"):
+        raise NotJSON(given)
+    return await request.body()
+
+
+def idempotency_key(
+    key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description=(
+                "Up to 255 printable ASCII characters. The same key with the same body within "
+                "24 h answers the first answer again (header `Idempotent-Replayed: true`) and "
+                "stores nothing; with another body, 409. Concurrent requests with one key: "
+                "one stores, the others wait for it and answer its result."
+            ),
+        ),
+    ] = None,
+) -> str | None:
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable():
+        raise InvalidIdempotencyKey(
+            "Idempotency-Key must be 1-255 printable ASCII characters.",
+            errors=[{"location": "header", "field": "Idempotency-Key", "message": "invalid"}],
+        )
+    return key
+
+
+PUSH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    403: {"description": "The token may not use this ingestion client (or it does not exist)."},
+    404: {"description": "The client has no such dataset."},
+    409: {"description": "The Idempotency-Key was used with a different body."},
+    413: {"description": "Body over 5 MiB or more records than the batch limit (1000)."},
+    415: {"description": "Not application/json."},
+    422: {
+        "description": (
+            "Records failed the dataset's schema; nothing stored. The body adds "
+            "`transaction_id`, `error_count` and `errors`: up to 100 "
+            "`{record, path, keyword, message}`."
+        )
+    },
+}
+
+
+@router.post(
+    "/data/json",
+    response_model=PushResult,
+    responses=PUSH_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": PushIn.model_json_schema()}},
+        }
+    },
+)
+def push_json(
+    body: Annotated[bytes, Depends(json_body)],
+    key: Annotated[str | None, Depends(idempotency_key)],
+    session: SessionDep,
+    runtime: RuntimeDep,
+    caller: DataWrite,
+) -> Response:
+    """Push one record (`data` an object) or a batch (`data` an array of objects).
+
+    Records are normalised (the dataset's options), then validated against the dataset's
+    current schema version; if any fails, nothing is stored. 200 means committed.
+    JSON is read strictly: duplicate member names, NaN/Infinity, integers outside 64 bits,
+    numbers beyond double range, invalid UTF-8 and nesting deeper than 32 levels are 400.
+    """
+    settings = runtime.settings
+    answer = service.push(
+        session,
+        caller,
+        body=body,
+        idempotency_key=key,
+        limits=service.Limits(
+            max_records=settings.max_batch_records,
+            max_depth=settings.max_json_depth,
+            idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
+        ),
+    )
+    media = "application/json" if answer.status == 200 else "application/problem+json"
+    headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
+    return Response(answer.body, status_code=answer.status, media_type=media, headers=headers)
+
+
+@router.get("/transactions/{transaction_id}", response_model=TransactionRead)
+def get_transaction(
+    transaction_id: Annotated[uuid.UUID, Path(description="Transaction id.")],
+    session: ReadSessionDep,
+    caller: DataRead,
+) -> object:
+    """What happened to one push or file: status, counts, errors, times."""
+    transaction = service.get_transaction(session, caller, transaction_id)
+    return json_response(service.transaction_view(transaction))
+
+
+@router.get(
+    "/transactions",
+    response_model=Page[TransactionRead],
+    responses={403: {"description": "The token may not use the named ingestion client."}},
+)
+def list_transactions(
+    query: Annotated[TransactionQuery, Query()], session: ReadSessionDep, caller: DataRead
+) -> object:
+    """The company's transactions, newest first."""
+    rows, total = service.list_transactions(session, caller, query)
+    items = [service.transaction_view(r) for r in rows]
+    return json_response(Page[TransactionRead].of(items, params=query, total=total))
+
+
+@router.get(
+    "/data",
+    response_model=Page[RecordRead],
+    responses={
+        200: {
+            "content": {
+                NDJSON: {
+                    "schema": {"type": "string"},
+                    "example": '{"record_id":"…","transaction_id":"…","schema_version":1,'
+                    '"ingested_at":"2026-11-22T09:30:00.000Z","data":{"order_id":"A-1"}}\n',
+                }
+            },
+            "description": "A page, or with `Accept: application/x-ndjson` every match, "
+            "one record per line (paging parameters are then ignored).",
+        },
+        403: {"description": "The token may not use this ingestion client."},
+        404: {"description": "The client has no such dataset."},
+    },
+)
+async def list_records(
+    request: Request,
+    query: Annotated[RecordQuery, Query()],
+    runtime: RuntimeDep,
+    caller: DataRead,
+) -> Response:
+    """Stored records of a dataset in storage order, paged or streamed as NDJSON."""
+    if NDJSON in request.headers.get("accept", ""):
+        lines = await run_in_threadpool(service.stream_records, runtime.db, caller, query)
+        return StreamingResponse(lines, media_type=NDJSON)
+
+    def page() -> Response:
+        with runtime.db.read_session() as session:
+            items, total = service.list_records(session, caller, query)
+        return json_response(Page[RecordRead].of(items, params=query, total=total))
+
+    return await run_in_threadpool(page)
+
+
+@router.get("/datasets", response_model=Page[DatasetRead])
+def list_datasets(
+    query: Annotated[DatasetQuery, Query()], session: ReadSessionDep, caller: DataRead
+) -> object:
+    """Datasets of the ingestion clients this token may use: schema, versions, options."""
+    items, total = datasets.list_visible(session, caller, query)
+    return json_response(Page[DatasetRead].of(items, params=query, total=total))
+
+
+@router.get(
+    "/datasets/{dataset_id}",
+    response_model=DatasetRead,
+    responses={403: {"description": "The token may not use this ingestion client."}},
+)
+def get_dataset(
+    dataset_id: DatasetIdPath,
+    query: Annotated[ClientQuery, Query()],
+    session: ReadSessionDep,
+    caller: DataRead,
+) -> object:
+    datasets.usable_client(session, caller, query.client_id)
+    return json_response(datasets.get(session, client_id=query.client_id, dataset_id=dataset_id))
+
+
+# --- operator: the registry -------------------------------------------------------------------
+
+REGISTRY_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "Not a valid draft-06 schema, another draft, or a failing example."},
+}
+
+
+@admin.post(
+    "/clients/{client_id}/datasets",
+    status_code=status.HTTP_201_CREATED,
+    response_model=DatasetRead,
+    responses=REGISTRY_ERRORS | {409: {"description": "The client has that dataset id."}},
+)
+def register_dataset(
+    client_id: ClientIdPath, body: DatasetCreate, session: SessionDep, caller: Admin
+) -> object:
+    """Register a dataset with its first schema version (draft-06) and options."""
+    created = datasets.register(
+        session,
+        author_id=caller.author_id,
+        client_id=client_id,
+        dataset_id=body.dataset_id,
+        schema=body.schema_,
+        options=body.options,
+    )
+    return json_response(created, status_code=status.HTTP_201_CREATED)
+
+
+@admin.put(
+    "/clients/{client_id}/datasets/{dataset_id}/schema",
+    response_model=DatasetRead,
+    responses=REGISTRY_ERRORS
+    | {
+        409: {
+            "description": "Compatibility `backward`: the new version refuses an example or "
+            "one of the last 1000 stored records that the current version accepts."
+        }
+    },
+)
+def add_schema_version(
+    client_id: ClientIdPath,
+    dataset_id: DatasetIdPath,
+    body: SchemaUpdate,
+    session: SessionDep,
+    caller: Admin,
+) -> object:
+    """Add a schema version; it becomes current. Earlier versions are kept."""
+    updated = datasets.add_version(
+        session,
+        author_id=caller.author_id,
+        client_id=client_id,
+        dataset_id=dataset_id,
+        schema=body.schema_,
+    )
+    return json_response(updated)
+
+
+@admin.put("/clients/{client_id}/datasets/{dataset_id}/options", response_model=DatasetRead)
+def set_dataset_options(
+    client_id: ClientIdPath,
+    dataset_id: DatasetIdPath,
+    body: OptionsUpdate,
+    session: SessionDep,
+    caller: Admin,
+) -> object:
+    """Replace a dataset's options (members left out take their defaults)."""
+    updated = datasets.set_options(
+        session,
+        author_id=caller.author_id,
+        client_id=client_id,
+        dataset_id=dataset_id,
+        options=body.options,
+    )
+    return json_response(updated)
+
+
+@admin.get("/clients/{client_id}/datasets", response_model=Page[DatasetRead])
+def admin_list_datasets(
+    client_id: ClientIdPath, session: ReadSessionDep, _: Admin, paging: Paging
+) -> object:
+    items, total = datasets.list_for_client(session, client_id=client_id, params=paging)
+    return json_response(Page[DatasetRead].of(items, params=paging, total=total))
+
+
+@admin.get("/clients/{client_id}/datasets/{dataset_id}", response_model=DatasetRead)
+def admin_get_dataset(
+    client_id: ClientIdPath, dataset_id: DatasetIdPath, session: ReadSessionDep, _: Admin
+) -> object:
+    return json_response(datasets.get(session, client_id=client_id, dataset_id=dataset_id))
+
+
+@admin.get(
+    "/clients/{client_id}/datasets/{dataset_id}/versions",
+    response_model=Page[SchemaVersionRead],
+)
+def list_schema_versions(
+    client_id: ClientIdPath,
+    dataset_id: DatasetIdPath,
+    session: ReadSessionDep,
+    _: Admin,
+    paging: Paging,
+) -> object:
+    items, total = datasets.versions(
+        session, client_id=client_id, dataset_id=dataset_id, params=paging
+    )
+    return json_response(Page[SchemaVersionRead].of(items, params=paging, total=total))
+
+
+@admin.get(
+    "/clients/{client_id}/datasets/{dataset_id}/versions/{version}",
+    response_model=SchemaVersionRead,
+)
+def get_schema_version(
+    client_id: ClientIdPath,
+    dataset_id: DatasetIdPath,
+    version: Annotated[int, Path(ge=1, description="Schema version number, from 1.")],
+    session: ReadSessionDep,
+    _: Admin,
+) -> object:
+    return json_response(
+        datasets.version(session, client_id=client_id, dataset_id=dataset_id, number=version)
+    )

@@ -1,0 +1,209 @@
+"""Ingestion API models (contract sections 4 and 5)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from headwater.identity.schemas import ClientId
+from headwater.ingestion import normalise
+from headwater.kit.clock import InputDateTime, Timestamp
+from headwater.kit.pagination import PageQuery
+from headwater.kit.schemas import Input, Output
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+DatasetId = Annotated[
+    str,
+    StringConstraints(pattern=ID_PATTERN),
+    Field(description="Dataset id: `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.", examples=["orders"]),
+]
+TransactionStatus = Literal[
+    "awaiting_upload", "processing", "completed", "rejected", "failed", "expired"
+]
+
+EXAMPLE_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-06/schema#",
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string"},
+        "customer-email": {"type": "string", "format": "email"},
+        "amount": {"type": "number", "minimum": 0},
+        "placed_at": {"type": "string", "format": "date-time"},
+    },
+    "required": ["order_id", "amount"],
+    "examples": [{"order_id": "A-1", "amount": 12.5}],
+}
+
+
+class DatasetOptions(Input):
+    """How records of a dataset are normalised and what a file's invalid rows do."""
+
+    compatibility: Literal["backward", "none"] = Field(
+        "backward",
+        description=(
+            "`backward`: a new schema version must accept the previous version's `examples` "
+            "and the last 1000 stored records. `none`: any valid draft-06 schema."
+        ),
+    )
+    invalid_rows: Literal["reject", "quarantine"] = Field(
+        "reject", description="What a file's invalid rows do (file uploads)."
+    )
+    trim_strings: bool = Field(True, description="Trim surrounding whitespace of strings.")
+    coerce_types: bool = Field(
+        False,
+        description=(
+            'Lossless coercion of JSON pushes to the schema\'s types ("42" → 42). '
+            "Files always coerce."
+        ),
+    )
+    drop_unknown_fields: bool = Field(False, description="Drop members the schema does not name.")
+    field_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="Rename source members to schema fields: `{source: field}`.",
+        examples=[{"e-mail": "customer-email"}],
+    )
+
+    def normalisation(self, *, coerce: bool | None = None) -> normalise.Options:
+        return normalise.Options(
+            trim_strings=self.trim_strings,
+            coerce_types=self.coerce_types if coerce is None else coerce,
+            drop_unknown_fields=self.drop_unknown_fields,
+            field_map=dict(self.field_map),
+        )
+
+
+class DatasetCreate(Input):
+    dataset_id: DatasetId
+    schema_: dict[str, Any] = Field(alias="schema", examples=[EXAMPLE_SCHEMA])
+    options: DatasetOptions = Field(default_factory=DatasetOptions)
+
+
+class SchemaUpdate(Input):
+    schema_: dict[str, Any] = Field(alias="schema", examples=[EXAMPLE_SCHEMA])
+
+
+class OptionsUpdate(Input):
+    options: DatasetOptions
+
+
+class _WithSchema(Output):
+    """`schema` is a BaseModel attribute, so the field is `schema_` under the alias."""
+
+    model_config = ConfigDict(from_attributes=True, validate_by_name=True, serialize_by_alias=True)
+
+
+class SchemaVersionRead(_WithSchema):
+    schema_version: int = Field(examples=[1])
+    schema_: dict[str, Any] = Field(alias="schema", examples=[EXAMPLE_SCHEMA])
+    author_id: uuid.UUID
+    created_at: Timestamp
+
+
+class VersionSummary(Output):
+    schema_version: int = Field(examples=[1])
+    created_at: Timestamp
+
+
+class DatasetRead(_WithSchema):
+    """A dataset: its current schema version and options."""
+
+    client_id: str = Field(examples=["acme-crm"])
+    dataset_id: str = Field(examples=["orders"])
+    schema_version: int = Field(examples=[1])
+    schema_: dict[str, Any] = Field(alias="schema", examples=[EXAMPLE_SCHEMA])
+    options: DatasetOptions
+    versions: list[VersionSummary]
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class DatasetQuery(PageQuery):
+    client_id: ClientId | None = Field(
+        None,
+        description="Only this ingestion client's datasets (default: every client the "
+        "token may use).",
+    )
+
+
+class ClientQuery(Input):
+    client_id: ClientId
+
+
+# --- push ---------------------------------------------------------------------------------
+
+
+class PushIn(Input):
+    """The push envelope. `data` is one record (an object) or a batch (an array of them)."""
+
+    client_id: ClientId
+    dataset_id: DatasetId
+    data: dict[str, Any] | list[dict[str, Any]] = Field(
+        examples=[[{"order_id": "A-1", "amount": 12.5}]]
+    )
+
+
+class PushResult(Output):
+    transaction_id: uuid.UUID
+    status: Literal["completed"] = "completed"
+    client_id: str = Field(examples=["acme-crm"])
+    dataset_id: str = Field(examples=["orders"])
+    schema_version: int = Field(examples=[1])
+    records_received: int = Field(examples=[1])
+    records_accepted: int = Field(examples=[1])
+    received_at: Timestamp
+
+
+class RecordError(Output):
+    record: int = Field(description="Index of the record in `data` (0 for a single object).")
+    path: str = Field(description="JSON Pointer into the record.", examples=["/amount"])
+    keyword: str = Field(examples=["type"])
+    message: str = Field(examples=['"12,5" is not of type "number"'])
+    line: int | None = Field(None, description="Line of the file (file transactions).")
+
+
+# --- transactions and records -------------------------------------------------------------
+
+
+class TransactionRead(Output):
+    transaction_id: uuid.UUID = Field(validation_alias="id")
+    kind: Literal["json", "file"]
+    client_id: str
+    dataset_id: str
+    schema_version: int | None
+    status: TransactionStatus
+    records_received: int
+    records_accepted: int
+    records_rejected: int
+    error_count: int
+    errors: list[RecordError]
+    file_name: str | None
+    file_size: int | None
+    content_type: str | None
+    created_at: Timestamp
+    completed_at: Timestamp | None
+
+
+class TransactionQuery(PageQuery):
+    client_id: ClientId | None = None
+    dataset_id: DatasetId | None = None
+    status: TransactionStatus | None = None
+    created_after: InputDateTime | None = Field(None, description="Created at or after.")
+    created_before: InputDateTime | None = Field(None, description="Created before.")
+
+
+class RecordRead(Output):
+    record_id: uuid.UUID
+    transaction_id: uuid.UUID
+    schema_version: int
+    ingested_at: Timestamp
+    data: dict[str, Any]
+
+
+class RecordQuery(PageQuery):
+    client_id: ClientId
+    dataset_id: DatasetId
+    transaction_id: uuid.UUID | None = None
+    ingested_after: InputDateTime | None = Field(None, description="Ingested at or after.")
+    ingested_before: InputDateTime | None = Field(None, description="Ingested before.")

@@ -1,0 +1,408 @@
+"""Ingestion use cases: push JSON (atomic, idempotent), transactions and records reads."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from sqlalchemy import Select, delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from headwater.db import Database
+from headwater.errors import MalformedJSON
+from headwater.identity.tokens import Principal
+from headwater.ingestion import datasets, validation
+from headwater.ingestion.errors import (
+    BatchTooLarge,
+    DatasetNotFound,
+    IdempotencyKeyReused,
+    InvalidEnvelope,
+    RecordsInvalid,
+    TransactionNotFound,
+)
+from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transaction
+from headwater.ingestion.repository import insert_records
+from headwater.ingestion.schemas import (
+    ID_PATTERN,
+    PushResult,
+    RecordQuery,
+    RecordRead,
+    TransactionQuery,
+    TransactionRead,
+)
+from headwater.kit import strictjson
+from headwater.kit.clock import iso_ms, utcnow, utcnow_ms
+from headwater.kit.pagination import paginate
+
+_ID = re.compile(ID_PATTERN)
+_ENVELOPE = ("client_id", "dataset_id", "data")
+STREAM_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_records: int
+    max_depth: int
+    idempotency_ttl: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A push's answer as sent (and as replayed for its idempotency key)."""
+
+    status: int
+    body: bytes
+    replayed: bool = False
+
+
+# --- push -------------------------------------------------------------------------------------
+
+
+def _envelope(body: bytes, *, limits: Limits) -> tuple[str, str, list[Any]]:
+    """The envelope's members, checked; the records as a list (one object is a batch of 1)."""
+    try:
+        document = strictjson.loads(body, max_depth=limits.max_depth)
+    except strictjson.StrictJSONError as exc:
+        raise MalformedJSON(
+            f"The request body is not acceptable JSON: {exc.message}.",
+            errors=[{"location": "body", "field": "", "message": exc.message}],
+        ) from None
+    if not isinstance(document, dict):
+        raise InvalidEnvelope([("", "the body must be a JSON object")])
+    problems: list[tuple[str, str]] = [
+        (f"/{name}", "unknown member; the envelope takes client_id, dataset_id and data")
+        for name in document
+        if name not in _ENVELOPE
+    ]
+    for name in ("client_id", "dataset_id"):
+        value = document.get(name)
+        if value is None:
+            problems.append((f"/{name}", "required"))
+        elif not isinstance(value, str) or not _ID.match(value):
+            problems.append((f"/{name}", f"must be a string matching {ID_PATTERN}"))
+    data = document.get("data")
+    records: list[Any] = []
+    if "data" not in document:
+        problems.append(("/data", "required"))
+    elif isinstance(data, dict):
+        records = [data]
+    elif isinstance(data, list):
+        if not data:
+            problems.append(("/data", "an empty array holds no records"))
+        problems.extend(
+            (f"/data/{i}", "each record must be a JSON object")
+            for i, item in enumerate(data)
+            if not isinstance(item, dict)
+        )
+        records = data
+    else:
+        problems.append(("/data", "must be an object (one record) or an array of objects"))
+    if problems:
+        raise InvalidEnvelope(problems[:100])
+    if len(records) > limits.max_records:
+        raise BatchTooLarge(
+            f"The batch holds {len(records)} records; the limit is {limits.max_records}."
+        )
+    return document["client_id"], document["dataset_id"], records
+
+
+def _dataset(session: Session, caller: Principal, client_id: str, dataset_id: str) -> Dataset:
+    datasets.usable_client(session, caller, client_id)
+    try:
+        return datasets.find(session, client_id=client_id, dataset_id=dataset_id)
+    except DatasetNotFound:
+        raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.") from None
+
+
+def _replay(
+    session: Session, *, company_id: uuid.UUID, key: str, request_hash: str, limits: Limits
+) -> Answer | None:
+    row = session.get(IdempotencyKey, (company_id, key))
+    if row is None or row.created_at < utcnow() - limits.idempotency_ttl:
+        return None
+    if row.request_hash != request_hash:
+        raise IdempotencyKeyReused(
+            "This Idempotency-Key was used with a different body in the last "
+            f"{int(limits.idempotency_ttl.total_seconds() // 3600)} h; use a new key."
+        )
+    return Answer(status=row.status_code, body=row.response, replayed=True)
+
+
+def _claim(
+    session: Session,
+    *,
+    company_id: uuid.UUID,
+    key: str,
+    request_hash: str,
+    answer: Answer,
+    transaction_id: uuid.UUID,
+    limits: Limits,
+) -> bool:
+    """Insert the key with its answer; False if another request holds it.
+
+    On PostgreSQL a concurrent request with the same key waits here until the first
+    commits (then finds its row) or rolls back (then takes the key itself).
+    """
+    now = utcnow_ms()
+    session.execute(
+        delete(IdempotencyKey).where(
+            IdempotencyKey.company_id == company_id,
+            IdempotencyKey.key == key,
+            IdempotencyKey.created_at < now - limits.idempotency_ttl,
+        )
+    )
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    result = session.execute(
+        insert(IdempotencyKey)
+        .values(
+            company_id=company_id,
+            key=key,
+            request_hash=request_hash,
+            status_code=answer.status,
+            response=answer.body,
+            transaction_id=transaction_id,
+            created_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["company_id", "key"])
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def push(
+    session: Session,
+    caller: Principal,
+    *,
+    body: bytes,
+    idempotency_key: str | None,
+    limits: Limits,
+) -> Answer:
+    """Normalise and validate every record, then store all of them or none.
+
+    A 200 answer is sent only after the commit. A rejected push keeps its transaction
+    (status `rejected`, with the errors) and stores no record.
+    """
+    client_id, dataset_id, records = _envelope(body, limits=limits)
+    company_id = caller.actor.company_id
+    request_hash = hashlib.sha256(body).hexdigest()
+    if idempotency_key is not None:
+        replay = _replay(
+            session,
+            company_id=company_id,
+            key=idempotency_key,
+            request_hash=request_hash,
+            limits=limits,
+        )
+        if replay is not None:
+            return replay
+    dataset = _dataset(session, caller, client_id, dataset_id)
+    version = dataset.schema_version
+    compiled = datasets.compiled(
+        session,
+        dataset_pk=dataset.id,
+        version=version,
+        options=dataset.options,
+        coerce=bool(dataset.options.get("coerce_types", False)),
+    )
+    dataset_pk = dataset.id
+    session.rollback()  # end the read transaction: no lock is held while records are checked
+
+    normalise = compiled.normaliser
+    cleaned = [normalise(record) for record in records]
+    error_count, errors = validation.batch_errors(compiled.validator, cleaned)
+    rejected = len({e["record"] for e in errors}) if error_count else 0
+
+    transaction_id = uuid.uuid4()
+    received_at = utcnow_ms()
+    transaction = Transaction(
+        id=transaction_id,
+        company_id=company_id,
+        dataset_pk=dataset_pk,
+        client_id=client_id,
+        dataset_id=dataset_id,
+        kind="json",
+        status="rejected" if error_count else "completed",
+        schema_version=version,
+        records_received=len(records),
+        records_accepted=0 if error_count else len(records),
+        records_rejected=rejected if error_count else 0,
+        error_count=error_count,
+        errors=errors,
+        author_id=caller.author_id,
+        created_at=received_at,
+        completed_at=received_at,
+    )
+    if error_count:
+        problem = RecordsInvalid(
+            transaction_id=transaction_id, error_count=error_count, errors=errors
+        )
+        answer = Answer(status=problem.status, body=orjson.dumps(problem.problem()))
+    else:
+        result = PushResult(
+            transaction_id=transaction_id,
+            client_id=client_id,
+            dataset_id=dataset_id,
+            schema_version=version,
+            records_received=len(records),
+            records_accepted=len(records),
+            received_at=received_at,
+        )
+        answer = Answer(status=200, body=result.model_dump_json().encode())
+
+    if idempotency_key is not None and not _claim(
+        session,
+        company_id=company_id,
+        key=idempotency_key,
+        request_hash=request_hash,
+        answer=answer,
+        transaction_id=transaction_id,
+        limits=limits,
+    ):
+        session.rollback()
+        replay = _replay(
+            session,
+            company_id=company_id,
+            key=idempotency_key,
+            request_hash=request_hash,
+            limits=limits,
+        )
+        assert replay is not None, "a key that conflicts is held by a committed request"
+        return replay
+    session.add(transaction)
+    session.flush()
+    if not error_count:
+        insert_records(
+            session,
+            cleaned,
+            company_id=company_id,
+            dataset_pk=dataset_pk,
+            transaction_id=transaction_id,
+            schema_version=version,
+            ingested_at=received_at,
+        )
+    session.commit()
+    return answer
+
+
+def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:
+    """Forget keys past their window; answers how many went."""
+    result = session.execute(
+        delete(IdempotencyKey).where(IdempotencyKey.created_at < utcnow() - older_than)
+    )
+    session.commit()
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+# --- transactions -----------------------------------------------------------------------------
+
+
+def _visible_transactions(caller: Principal) -> Select[Any]:
+    statement = select(Transaction).where(Transaction.company_id == caller.actor.company_id)
+    if caller.client_ids:
+        statement = statement.where(Transaction.client_id.in_(caller.client_ids))
+    return statement
+
+
+def get_transaction(session: Session, caller: Principal, transaction_id: uuid.UUID) -> Transaction:
+    transaction: Transaction | None = session.scalars(
+        _visible_transactions(caller).where(Transaction.id == transaction_id)
+    ).one_or_none()
+    if transaction is None:
+        raise TransactionNotFound(f"No transaction {transaction_id}.")
+    return transaction
+
+
+def list_transactions(
+    session: Session, caller: Principal, query: TransactionQuery
+) -> tuple[Sequence[Transaction], int]:
+    statement = _visible_transactions(caller)
+    if query.client_id is not None:
+        datasets.usable_client(session, caller, query.client_id)
+        statement = statement.where(Transaction.client_id == query.client_id)
+    if query.dataset_id is not None:
+        statement = statement.where(Transaction.dataset_id == query.dataset_id)
+    if query.status is not None:
+        statement = statement.where(Transaction.status == query.status)
+    if query.created_after is not None:
+        statement = statement.where(Transaction.created_at >= query.created_after)
+    if query.created_before is not None:
+        statement = statement.where(Transaction.created_at < query.created_before)
+    return paginate(session, statement, Transaction.created_at.desc(), Transaction.id, params=query)
+
+
+def transaction_view(transaction: Transaction) -> TransactionRead:
+    return TransactionRead.model_validate(transaction, from_attributes=True)
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+def _records_statement(session: Session, caller: Principal, query: RecordQuery) -> Select[Any]:
+    dataset = _dataset(session, caller, query.client_id, query.dataset_id)
+    statement = select(
+        Record.record_id,
+        Record.transaction_id,
+        Record.schema_version,
+        Record.ingested_at,
+        Record.data,
+    ).where(Record.dataset_pk == dataset.id)
+    if query.transaction_id is not None:
+        statement = statement.where(Record.transaction_id == query.transaction_id)
+    if query.ingested_after is not None:
+        statement = statement.where(Record.ingested_at >= query.ingested_after)
+    if query.ingested_before is not None:
+        statement = statement.where(Record.ingested_at < query.ingested_before)
+    return statement
+
+
+_ORDER = (Record.ingested_at, Record.seq)
+
+
+def list_records(
+    session: Session, caller: Principal, query: RecordQuery
+) -> tuple[list[RecordRead], int]:
+    statement = _records_statement(session, caller, query)
+    rows = session.execute(
+        statement.order_by(*_ORDER).offset(query.offset).limit(query.page_size)
+    ).all()
+    total = session.scalar(select(func.count()).select_from(statement.subquery())) or 0
+    return [RecordRead.model_validate(row, from_attributes=True) for row in rows], total
+
+
+def _line(row: Any) -> bytes:
+    return orjson.dumps(
+        {
+            "record_id": str(row.record_id),
+            "transaction_id": str(row.transaction_id),
+            "schema_version": row.schema_version,
+            "ingested_at": iso_ms(row.ingested_at),
+            "data": row.data,
+        }
+    )
+
+
+def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Iterator[bytes]:
+    """Every matching record as NDJSON, in storage order, with constant memory.
+
+    Access is checked before the first line, so a refused request answers an error
+    rather than a broken stream.
+    """
+    with db.read_session() as session:
+        statement = _records_statement(session, caller, query).order_by(*_ORDER)
+
+    def lines() -> Iterator[bytes]:
+        with db.read_session() as session:
+            result = session.execute(
+                statement.execution_options(stream_results=True, yield_per=STREAM_BATCH)
+            )
+            for chunk in result.partitions():
+                yield b"".join(_line(row) + b"\n" for row in chunk)
+
+    return lines()

@@ -1,0 +1,115 @@
+"""Strict JSON: what RFC 8259 allows and every consumer reads the same way, nothing more.
+
+Python's own parser accepts duplicate keys (the last wins), `NaN` and `Infinity`, numbers
+no database column can hold (`1e400` becomes infinity) and lone UTF-16 surrogates; a
+record that means different things to different readers must not be stored. `loads`
+refuses all of those, invalid UTF-8, and nesting deeper than `MAX_DEPTH`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import orjson
+
+MAX_DEPTH = 32
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class StrictJSONError(ValueError):
+    """Why a document is refused; `position` is a byte offset when one is known."""
+
+    def __init__(self, message: str, *, position: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.position = position
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise StrictJSONError(f"duplicate object member {key!r}")
+            seen.add(key)
+    return obj
+
+
+def _constant(name: str) -> Any:
+    raise StrictJSONError(f"{name} is not a JSON value")
+
+
+def _integer(text: str) -> int:
+    if len(text) > 20:
+        raise StrictJSONError(f"integer {text[:24]}... is out of the 64-bit range")
+    value = int(text)
+    if not INT_MIN <= value <= INT_MAX:
+        raise StrictJSONError(f"integer {text} is out of the 64-bit range")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise StrictJSONError(f"number {text[:24]} is too large for a double")
+    return value
+
+
+_decoder = json.JSONDecoder(
+    object_pairs_hook=_object, parse_constant=_constant, parse_int=_integer, parse_float=_float
+)
+
+
+def depth(value: Any, *, stop_after: int = MAX_DEPTH) -> int:
+    """How deeply arrays and objects nest in `value` (a scalar is 0); stops counting once
+    past `stop_after`."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        level += 1
+        deepest = max(deepest, level)
+        if level > stop_after:
+            return level
+        stack.extend((child, level) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def loads(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse `body` or raise StrictJSONError saying what is wrong and where."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StrictJSONError("the body is not valid UTF-8", position=exc.start) from None
+    try:
+        value = _decoder.decode(text)
+    except StrictJSONError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise StrictJSONError(
+            f"{exc.msg} at line {exc.lineno} column {exc.colno}", position=exc.pos
+        ) from None
+    except RecursionError:
+        raise StrictJSONError(f"nesting is deeper than {max_depth} levels") from None
+    except ValueError as exc:  # int() refusing thousands of digits
+        raise StrictJSONError(str(exc)) from None
+    if depth(value, stop_after=max_depth) > max_depth:
+        raise StrictJSONError(f"nesting is deeper than {max_depth} levels")
+    if _SURROGATE.search(body):
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            raise StrictJSONError("a string holds a lone UTF-16 surrogate") from None
+    return value
