@@ -71,7 +71,8 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
 def errors_of(validator: Validator, record: Any) -> Iterator[dict[str, str]]:
     """Every error of one record: JSON Pointer, keyword and message.
 
-    For `required` the path points at the missing member, which is where a reader looks.
+    For `required` the path points at the missing member, and `additionalProperties`
+    answers one error per unexpected member, at that member: where a reader looks.
     """
     for error in validator.iter_errors(record):
         path = list(error.instance_path)
@@ -80,6 +81,14 @@ def errors_of(validator: Validator, record: Any) -> Iterator[dict[str, str]]:
         )
         if keyword == "required":
             path.append(error.kind.property)  # type: ignore[attr-defined]
+        elif error.kind.name == "additionalProperties":
+            for name in error.kind.as_dict()["unexpected"]:
+                yield {
+                    "path": pointer([*path, name]),
+                    "keyword": keyword,
+                    "message": f"{name!r} is not a field of this schema",
+                }
+            continue
         yield {"path": pointer(path), "keyword": keyword, "message": error.message}
 
 

@@ -93,6 +93,8 @@ def loads(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StrictJSONError("the body is not valid UTF-8", position=exc.start) from None
+    if text.startswith("\ufeff"):
+        raise StrictJSONError("the body starts with a byte order mark (BOM)", position=0)
     try:
         value = _decoder.decode(text)
     except StrictJSONError:

@@ -1,0 +1,232 @@
+"""Normalisation: each step, their order, and properties that hold for every record."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from headwater.ingestion.normalise import Options, coerce, compile_normaliser, utc_ms
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "qty": {"type": "integer"},
+        "price": {"type": "number"},
+        "paid": {"type": "boolean"},
+        "note": {"type": ["string", "null"]},
+        "maybe-int": {"type": ["integer", "null"]},
+        "at": {"type": "string", "format": "date-time"},
+        "zip_code": {"type": "string"},
+        "channel": {"type": "string", "default": "web"},
+        "tags": {"type": "array", "items": {"type": "integer"}},
+        "address": {
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "floor": {"type": "integer"}},
+        },
+        "free": {},
+    },
+}
+
+COERCE = Options(coerce_types=True)
+
+
+def run(record: dict[str, Any], options: Options = COERCE, schema: Any = SCHEMA) -> Any:
+    return compile_normaliser(schema, options)(record)
+
+
+@pytest.mark.parametrize(
+    ("field", "given", "expected"),
+    [
+        ("qty", "42", 42),
+        ("qty", "-7", -7),
+        ("qty", "+3", 3),
+        ("qty", "4.5", "4.5"),  # not an integer: left for validation to refuse
+        ("qty", "9223372036854775808", "9223372036854775808"),  # beyond 64 bits
+        ("price", "4.5", 4.5),
+        ("price", "42", 42),
+        ("price", "1e3", 1000.0),
+        ("price", "0.10000000000000000001", "0.10000000000000000001"),  # would lose digits
+        ("price", "abc", "abc"),
+        ("paid", "true", True),
+        ("paid", "FALSE", False),
+        ("paid", "yes", "yes"),
+        ("zip_code", 2100, "2100"),
+        ("zip_code", 2.5, "2.5"),
+        ("zip_code", True, True),
+        ("note", "42", "42"),  # string allowed: never coerced
+        ("maybe-int", "7", 7),
+        ("free", "42", "42"),  # no type named: never coerced
+    ],
+)
+def test_coercion(field: str, given: Any, expected: Any) -> None:
+    out = run({field: given})
+    assert out[field] == expected
+    assert type(out[field]) is type(expected)
+
+
+@pytest.mark.parametrize("field", ["qty", "price", "paid", "maybe-int"])
+def test_empty_string_becomes_absent_for_non_string_fields(field: str) -> None:
+    assert field not in run({field: ""})
+
+
+def test_empty_string_stays_for_string_fields() -> None:
+    assert run({"name": ""})["name"] == ""
+
+
+def test_no_coercion_unless_asked() -> None:
+    assert run({"qty": "42", "zip_code": 2100}, Options()) == {
+        "qty": "42",
+        "zip_code": 2100,
+        "channel": "web",
+    }
+
+
+def test_trimming_everywhere_and_optional() -> None:
+    record = {"name": "  Ann ", "address": {"street": " Main St\t"}, "list": [" a ", 1]}
+    assert run(record, Options()) == {
+        "name": "Ann",
+        "address": {"street": "Main St"},
+        "list": ["a", 1],
+        "channel": "web",
+    }
+    assert run(record, Options(trim_strings=False))["name"] == "  Ann "
+
+
+def test_trim_then_coerce() -> None:
+    assert run({"qty": " 42 "})["qty"] == 42
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("2024-01-02T03:04:05+02:00", "2024-01-02T01:04:05.000Z"),
+        ("2024-01-02T03:04:05.123456Z", "2024-01-02T03:04:05.123Z"),
+        ("2024-01-02T03:04:05.9999-05:30", "2024-01-02T08:34:05.999Z"),
+        ("2024-01-02 03:04:05Z", "2024-01-02T03:04:05.000Z"),
+        ("2024-01-02T03:04:05", "2024-01-02T03:04:05"),  # no offset: left for validation
+        ("not a date", "not a date"),
+    ],
+)
+def test_date_time_to_utc_milliseconds(given: str, expected: str) -> None:
+    assert run({"at": given})["at"] == expected
+    assert utc_ms(given) == expected
+
+
+def test_date_time_only_for_date_time_fields() -> None:
+    assert run({"name": "2024-01-02T03:04:05+02:00"})["name"] == "2024-01-02T03:04:05+02:00"
+
+
+def test_field_map_renames_unless_target_present() -> None:
+    options = Options(field_map={"e-mail": "name", "Qty": "qty"}, coerce_types=True)
+    assert run({"e-mail": "a@b.c", "Qty": "3"}, options) == {
+        "name": "a@b.c",
+        "qty": 3,
+        "channel": "web",
+    }
+    kept = run({"e-mail": "x", "name": "y"}, options)
+    assert kept["name"] == "y"
+    assert kept["e-mail"] == "x"
+
+
+def test_defaults_fill_absent_fields_only() -> None:
+    assert run({})["channel"] == "web"
+    assert run({"channel": "shop"})["channel"] == "shop"
+    assert run({"channel": None})["channel"] is None
+
+
+def test_default_values_are_copied() -> None:
+    schema = {"properties": {"tags": {"type": "array", "default": []}}}
+    normalise = compile_normaliser(schema, Options())
+    first = normalise({})
+    first["tags"].append(1)
+    assert normalise({})["tags"] == []
+
+
+def test_drop_unknown_fields_at_every_declared_level() -> None:
+    options = Options(drop_unknown_fields=True)
+    record = {"name": "a", "extra": 1, "address": {"street": "s", "door": 3}, "free": {"x": 1}}
+    assert run(record, options) == {
+        "name": "a",
+        "address": {"street": "s"},
+        "free": {"x": 1},
+        "channel": "web",
+    }
+    assert run(record, Options())["extra"] == 1
+
+
+def test_drop_keeps_members_an_open_schema_describes() -> None:
+    schema = {"properties": {"a": {}}, "additionalProperties": {"type": "string"}}
+    assert run({"a": 1, "b": "x"}, Options(drop_unknown_fields=True), schema) == {
+        "a": 1,
+        "b": "x",
+    }
+
+
+def test_nested_and_array_items_are_coerced() -> None:
+    out = run({"address": {"floor": "3"}, "tags": ["1", "2", ""]})
+    assert out["address"] == {"floor": 3}
+    assert out["tags"] == [1, 2]
+
+
+def test_schema_without_properties_only_trims() -> None:
+    assert run({"a": " x "}, COERCE, {"type": "object"}) == {"a": "x"}
+
+
+def test_coerce_direct() -> None:
+    assert coerce("5", frozenset()) == "5"
+    assert coerce(None, frozenset({"integer"})) is None
+
+
+# --- properties --------------------------------------------------------------------------
+
+scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=12)
+records = st.dictionaries(
+    st.sampled_from(["name", "qty", "price", "paid", "note", "at", "tags", "x-y", "z_z"]),
+    scalars | st.lists(scalars, max_size=3),
+    max_size=8,
+)
+options = st.builds(
+    Options,
+    trim_strings=st.booleans(),
+    coerce_types=st.booleans(),
+    drop_unknown_fields=st.booleans(),
+)
+
+
+@given(records, options)
+def test_never_changes_its_input(record: dict[str, Any], opts: Options) -> None:
+    before = copy.deepcopy(record)
+    run(record, opts)
+    assert record == before
+
+
+@given(records, options)
+def test_idempotent(record: dict[str, Any], opts: Options) -> None:
+    once = run(record, opts)
+    assert run(once, opts) == once
+
+
+@given(records, options)
+def test_deterministic(record: dict[str, Any], opts: Options) -> None:
+    assert run(record, opts) == run(copy.deepcopy(record), opts)
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_integer_text_round_trips(n: int) -> None:
+    assert run({"qty": str(n)})["qty"] == n
+    assert run({"price": str(n)})["price"] == n
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_float_text_round_trips(x: float) -> None:
+    assert run({"price": repr(x)})["price"] == x
+
+
+@given(st.text(max_size=20))
+def test_trim_matches_str_strip(s: str) -> None:
+    assert run({"name": s}, Options())["name"] == s.strip()

@@ -1,0 +1,78 @@
+"""Strict JSON: what it refuses, and that what it accepts parses as the standard library does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from headwater.kit import strictjson
+from headwater.kit.strictjson import StrictJSONError, loads
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=strictjson.INT_MIN, max_value=strictjson.INT_MAX)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_accepts_what_json_writes(value: Any) -> None:
+    assert loads(json.dumps(value).encode()) == value
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"a": 1, "a": 2}', "duplicate object member 'a'"),
+        (b'{"x": {"b": 1, "b": 1}}', "duplicate object member 'b'"),
+        (b'{"a": NaN}', "NaN is not a JSON value"),
+        (b'{"a": Infinity}', "Infinity is not a JSON value"),
+        (b'{"a": -Infinity}', "-Infinity is not a JSON value"),
+        (b'{"a": 1e400}', "too large for a double"),
+        (b'{"a": 9223372036854775808}', "out of the 64-bit range"),
+        (b'{"a": -9223372036854775809}', "out of the 64-bit range"),
+        (b'{"a": ' + b"9" * 5000 + b"}", "out of the 64-bit range"),
+        (b'{"a": "\xff"}', "not valid UTF-8"),
+        (b'{"a": "\\ud800"}', "lone UTF-16 surrogate"),
+        (b'{"a": 1', "Expecting"),
+        (b"", "Expecting value"),
+        (b"\xef\xbb\xbf{}", "BOM"),
+        (b"[" * 33 + b"]" * 33, "deeper than 32 levels"),
+        (b"[" * 100_000 + b"]" * 100_000, "deeper than 32 levels"),
+    ],
+)
+def test_refuses(body: bytes, says: str) -> None:
+    with pytest.raises(StrictJSONError) as info:
+        loads(body)
+    assert says in info.value.message
+
+
+def test_depth_limit_is_inclusive() -> None:
+    assert loads(b"[" * 32 + b"]" * 32) is not None
+    assert strictjson.depth([[{"a": [1]}]]) == 4
+    assert strictjson.depth(7) == 0
+
+
+def test_valid_surrogate_pairs_and_extremes_pass() -> None:
+    assert loads(b'{"e": "\\ud83d\\ude00"}') == {"e": "\U0001f600"}
+    assert loads(b"[9223372036854775807, -9223372036854775808, 1.7e308]") == [
+        2**63 - 1,
+        -(2**63),
+        1.7e308,
+    ]
+
+
+def test_position_of_bad_utf8() -> None:
+    with pytest.raises(StrictJSONError) as info:
+        loads(b'{"ab": "\xc3\x28"}')
+    assert info.value.position == 8

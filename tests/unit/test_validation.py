@@ -1,0 +1,98 @@
+"""Draft-06 schema checks and record errors: paths, keywords, the 100-error cap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from headwater.ingestion.validation import (
+    batch_errors,
+    compile_schema,
+    errors_of,
+    pointer,
+    schema_problems,
+)
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "a-b": {"type": "integer"},
+        "c_d": {"type": "object", "properties": {"x/y": {"type": "string"}}},
+        "when": {"type": "string", "format": "date-time"},
+    },
+    "required": ["a-b"],
+    "additionalProperties": False,
+}
+
+
+def test_pointer_escapes() -> None:
+    assert pointer(["a~b", "c/d", 0]) == "/a~0b/c~1d/0"
+    assert pointer([]) == ""
+
+
+def test_errors_have_pointer_keyword_message() -> None:
+    validator = compile_schema(SCHEMA)
+    errors = list(errors_of(validator, {"c_d": {"x/y": 1}, "when": "yesterday", "zz": 1}))
+    by_path = {e["path"]: e for e in errors}
+    assert by_path["/a-b"]["keyword"] == "required"
+    assert by_path["/c_d/x~1y"]["keyword"] == "type"
+    assert by_path["/when"]["keyword"] == "format"
+    assert by_path["/zz"]["keyword"] == "additionalProperties"
+    assert all(e["message"] for e in errors)
+
+
+def test_draft6_rules_even_without_dollar_schema() -> None:
+    # draft-04 style boolean exclusiveMaximum is invalid in draft-06; draft-06 uses a number
+    validator = compile_schema({"type": "number", "exclusiveMaximum": 10})
+    assert not validator.is_valid(10)
+    assert validator.is_valid(9)
+
+
+def test_batch_errors_counts_all_lists_100() -> None:
+    validator = compile_schema(SCHEMA)
+    records = [{"a-b": "x"} for _ in range(150)]
+    count, listed = batch_errors(validator, records)
+    assert count == 150
+    assert len(listed) == 100
+    assert listed[99]["record"] == 99
+    assert batch_errors(validator, [{"a-b": 1}]) == (0, [])
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ([], "must be a JSON object"),
+        ({"$schema": "http://json-schema.org/draft-07/schema#"}, "draft-07"),
+        ({"$schema": "https://json-schema.org/draft/2020-12/schema"}, "2020-12"),
+        ({"type": "strnig"}, "is not valid under any of the given schemas"),
+        ({"required": "a"}, "is not of type 'array'"),
+        ({"properties": {"a": {"pattern": "("}}}, "is not a 'regex'"),
+        (
+            {"type": "object", "properties": {"n": {"type": "integer"}}, "examples": [{"n": "x"}]},
+            "example 0",
+        ),
+    ],
+)
+def test_schema_problems(schema: Any, says: str) -> None:
+    problems = schema_problems(schema)
+    assert problems, schema
+    assert any(says in p["message"] for p in problems), problems
+
+
+def test_examples_are_pointed_at() -> None:
+    problems = schema_problems(
+        {"properties": {"n": {"type": "integer"}}, "examples": [{"n": 1}, {"n": "x"}]}
+    )
+    assert [p["path"] for p in problems] == ["/examples/1/n"]
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [None, "http://json-schema.org/draft-06/schema#", "http://json-schema.org/draft-06/schema"],
+)
+def test_draft6_accepted(declared: str | None) -> None:
+    schema: dict[str, Any] = dict(SCHEMA)
+    if declared:
+        schema["$schema"] = declared
+    assert schema_problems(schema) == []
