@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, delete, func, select
+from sqlalchemy import Select, delete, func, literal, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -172,8 +172,9 @@ def _claim(
             created_at=now,
         )
         .on_conflict_do_nothing(index_elements=["company_id", "key"])
+        .returning(IdempotencyKey.key)
     )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return result.first() is not None
 
 
 def push(
@@ -392,17 +393,24 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
     """Every matching record as NDJSON, in storage order, with constant memory.
 
     Access is checked before the first line, so a refused request answers an error
-    rather than a broken stream.
+    rather than a broken stream. The stream reads in keyset-ordered chunks, each in a
+    short transaction of its own, so a slow reader holds no lock and no cursor.
     """
     with db.read_session() as session:
-        statement = _records_statement(session, caller, query).order_by(*_ORDER)
+        statement = _records_statement(session, caller, query).add_columns(Record.seq)
 
     def lines() -> Iterator[bytes]:
-        with db.read_session() as session:
-            result = session.execute(
-                statement.execution_options(stream_results=True, yield_per=STREAM_BATCH)
-            )
-            for chunk in result.partitions():
-                yield b"".join(_line(row) + b"\n" for row in chunk)
+        after: tuple[Any, int] | None = None
+        while True:
+            chunk = statement.order_by(*_ORDER).limit(STREAM_BATCH)
+            if after is not None:
+                last = tuple_(*(literal(v, c.type) for v, c in zip(after, _ORDER, strict=True)))
+                chunk = chunk.where(tuple_(*_ORDER) > last)
+            with db.read_session() as session:
+                rows = session.execute(chunk).all()
+            if not rows:
+                return
+            yield b"".join(_line(row) + b"\n" for row in rows)
+            after = (rows[-1].ingested_at, rows[-1].seq)
 
     return lines()
