@@ -28,15 +28,19 @@ clients_app = typer.Typer(help="Ingestion clients.", no_args_is_help=True)
 credentials_app = typer.Typer(help="API credentials.", no_args_is_help=True)
 keys_app = typer.Typer(help="Token signing keys.", no_args_is_help=True)
 activity_app = typer.Typer(help="The activity log's hash chains.", no_args_is_help=True)
+datasets_app = typer.Typer(help="Dataset schemas (draft-06) and options.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(companies_app, name="companies")
 app.add_typer(clients_app, name="clients")
 app.add_typer(credentials_app, name="credentials")
 app.add_typer(keys_app, name="keys")
 app.add_typer(activity_app, name="activity")
+app.add_typer(datasets_app, name="datasets")
 
 # Written as author_id on what `headwater import` creates unless --author-id says otherwise.
 IMPORT_AUTHOR = uuid.uuid5(uuid.NAMESPACE_URL, "urn:headwater:cli-import")
+# Written as author_id on dataset changes made with `headwater datasets ...`.
+CLI_OPERATOR = uuid.uuid5(uuid.NAMESPACE_URL, "urn:headwater:cli-operator")
 
 out = Console()
 
@@ -283,6 +287,79 @@ def activity_verify(
                 out.print(f"[red]BROKEN[/red]   {company}  {f.kind} at entry {f.seq}: {f.detail}")
     if broken:
         raise typer.Exit(1)
+
+
+def _json_file(path: Path) -> dict[str, object]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"{path}: {exc}") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"{path}: must hold a JSON object")
+    return value
+
+
+SchemaFile = Annotated[Path, typer.Argument(help="A JSON file holding the draft-06 schema.")]
+OptionsFile = Annotated[
+    Path | None, typer.Option("--options", help="A JSON file holding the dataset's options.")
+]
+
+
+@datasets_app.command("register")
+def datasets_register(
+    client_id: str, dataset_id: str, schema: SchemaFile, options: OptionsFile = None
+) -> None:
+    """Register a dataset for an ingestion client with its first schema version."""
+    from headwater.ingestion import datasets
+    from headwater.ingestion.schemas import DatasetOptions
+
+    parsed = DatasetOptions.model_validate(_json_file(options) if options else {})
+    with _database().session() as session:
+        view = datasets.register(
+            session,
+            author_id=CLI_OPERATOR,
+            client_id=client_id,
+            dataset_id=dataset_id,
+            schema=_json_file(schema),
+            options=parsed,
+        )
+        _print(view.model_dump(mode="json"))
+
+
+@datasets_app.command("add-version")
+def datasets_add_version(client_id: str, dataset_id: str, schema: SchemaFile) -> None:
+    """Add a schema version (checked for compatibility as the dataset's options say)."""
+    from headwater.ingestion import datasets
+
+    with _database().session() as session:
+        view = datasets.add_version(
+            session,
+            author_id=CLI_OPERATOR,
+            client_id=client_id,
+            dataset_id=dataset_id,
+            schema=_json_file(schema),
+        )
+        _print(view.model_dump(mode="json"))
+
+
+@datasets_app.command("show")
+def datasets_show(
+    client_id: str,
+    dataset_id: str,
+    version: Annotated[int | None, typer.Option(help="Print this schema version.")] = None,
+) -> None:
+    """Print a dataset (current schema, versions, options), or one schema version."""
+    from headwater.ingestion import datasets
+
+    with _database().session() as session:
+        if version is None:
+            view = datasets.get(session, client_id=client_id, dataset_id=dataset_id)
+            _print(view.model_dump(mode="json"))
+        else:
+            one = datasets.version(
+                session, client_id=client_id, dataset_id=dataset_id, number=version
+            )
+            _print(one.model_dump(mode="json"))
 
 
 def main() -> None:

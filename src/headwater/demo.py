@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -16,6 +17,9 @@ from headwater.identity import service as identity
 from headwater.identity.models import Company, IngestionClient
 from headwater.identity.secrets import new_secret
 from headwater.identity.tokens import COMPANY_SCOPES
+from headwater.ingestion import datasets
+from headwater.ingestion.models import Dataset
+from headwater.ingestion.schemas import DatasetOptions
 from headwater.kit.actor import Actor
 from headwater.workflows import importer
 from headwater.workflows.models import WorkflowCategory
@@ -24,6 +28,21 @@ DEMO_COMPANY = "Demo Company"
 DEMO_CLIENT = "demo-crm"
 DEMO_CREDENTIAL = "demo-client"
 DEMO_OPERATOR = "demo-operator"
+DEMO_DATASET = "orders"
+DEMO_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-06/schema#",
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string", "minLength": 1},
+        "customer-email": {"type": "string", "format": "email"},
+        "amount": {"type": "number", "minimum": 0},
+        "quantity": {"type": "integer", "minimum": 1, "default": 1},
+        "placed_at": {"type": "string", "format": "date-time"},
+    },
+    "required": ["order_id", "amount"],
+    "additionalProperties": False,
+    "examples": [{"order_id": "A-1", "amount": 12.5, "placed_at": "2026-11-22T09:30:00.000Z"}],
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +83,7 @@ def seed(session: Session) -> DemoData:
     if has_workflows is None:
         actor = Actor(company_id=company.id, author_id=credential.author_id)
         importer.load_file(session, actor=actor, path=DEMO_WORKFLOWS)
-    identity.ensure_credential(
+    operator = identity.ensure_credential(
         session,
         client_id=DEMO_OPERATOR,
         client_secret=operator_secret,
@@ -72,6 +91,15 @@ def seed(session: Session) -> DemoData:
         company_id=None,
         scopes=["admin"],
     )
+    if session.scalar(select(Dataset.id).where(Dataset.client_id == DEMO_CLIENT).limit(1)) is None:
+        datasets.register(
+            session,
+            author_id=operator.author_id,
+            client_id=DEMO_CLIENT,
+            dataset_id=DEMO_DATASET,
+            schema=DEMO_SCHEMA,
+            options=DatasetOptions(coerce_types=True),
+        )
     return DemoData(
         company_id=company.id,
         ingestion_client=DEMO_CLIENT,
@@ -98,6 +126,10 @@ Copy and paste, in another terminal:
     -d '{{"client_id": "{data.client_id}", "client_secret": "{data.client_secret}", "audience": "{audience}"}}' \\
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   curl -s {base_url}/platform/v1/whoami -H "Authorization: Bearer $TOKEN"; echo
+  curl -s {base_url}/platform/v1/data/json -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -H "Idempotency-Key: $(date +%s)" \
+    -d '{{"client_id": "{data.ingestion_client}", "dataset_id": "{DEMO_DATASET}", "data": [{{"order_id": "A-1", "amount": "12.50", "placed_at": "2026-11-22T10:30:00+01:00"}}, {{"order_id": "A-2", "amount": 3}}]}}'; echo
+  curl -s '{base_url}/platform/v1/data?client_id={data.ingestion_client}&dataset_id={DEMO_DATASET}' -H "Authorization: Bearer $TOKEN" -H 'Accept: application/x-ndjson'
+  curl -s {base_url}/platform/v1/transactions -H "Authorization: Bearer $TOKEN"; echo
   curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
   curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -d '{{"page": 0, "page_size": 3, "sort_by": "timestamp", "sort_direction": "desc", "filter": {{"action": "update"}}}}'; echo

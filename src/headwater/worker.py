@@ -23,7 +23,26 @@ async def refresh_verification_keys(runtime: Runtime) -> None:
     await runtime.verifier.keys.refresh()
 
 
-JOBS: list[Job] = [refresh_verification_keys]
+async def forget_idempotency_keys(runtime: Runtime) -> None:
+    """Delete Idempotency-Key answers past their window (a stale key is ignored anyway)."""
+    from datetime import timedelta
+
+    import anyio.to_thread
+
+    from headwater.ingestion.service import purge_idempotency_keys
+
+    window = timedelta(seconds=runtime.settings.idempotency_ttl_seconds)
+
+    def purge() -> int:
+        with runtime.db.session() as session:
+            return purge_idempotency_keys(session, older_than=window)
+
+    purged = await anyio.to_thread.run_sync(purge)
+    if purged:
+        log.info("idempotency keys purged", count=purged)
+
+
+JOBS: list[Job] = [refresh_verification_keys, forget_idempotency_keys]
 
 
 async def run_once(runtime: Runtime) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -311,3 +312,42 @@ def test_field_names_with_hyphens_and_underscores(
         tenant.push({"order_id": "A", "amount": 1, "customer-email": "x"}), 422
     )
     assert problem["errors"][0]["path"] == "/customer-email"
+
+
+def test_cli_registers_versions_and_shows(
+    client: TestClient, admin: dict[str, str], client_id: str, settings: Any, tmp_path: Any
+) -> None:
+    from tests.factories import run_cli
+
+    where = {"data_dir": settings.data_dir, "database_url": settings.database_url}
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA))
+    options_file = tmp_path / "options.json"
+    options_file.write_text(json.dumps({"coerce_types": True}))
+    done = run_cli(
+        "datasets",
+        "register",
+        client_id,
+        "cli-set",
+        str(schema_file),
+        "--options",
+        str(options_file),
+        **where,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["schema_version"] == 1
+    v2 = copy.deepcopy(SCHEMA)
+    v2["properties"]["coupon"] = {"type": "string"}
+    schema_file.write_text(json.dumps(v2))
+    done = run_cli("datasets", "add-version", client_id, "cli-set", str(schema_file), **where)
+    assert done.returncode == 0, done.stderr
+    fetched = client.get(f"/admin/v1/clients/{client_id}/datasets/cli-set", headers=admin).json()
+    assert fetched["schema_version"] == 2
+    assert fetched["options"]["coerce_types"] is True
+    done = run_cli("datasets", "show", client_id, "cli-set", "--version", "1", **where)
+    assert json.loads(done.stdout)["schema"] == SCHEMA
+
+    schema_file.write_text(json.dumps({"$schema": "http://json-schema.org/draft-07/schema#"}))
+    done = run_cli("datasets", "register", client_id, "bad", str(schema_file), **where)
+    assert done.returncode == 1
+    assert "draft-07" in done.stderr

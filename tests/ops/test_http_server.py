@@ -208,10 +208,16 @@ def test_demo_prints_a_curl_sequence_that_works(tmp_path: Path) -> None:
             process.terminate()
             process.wait(timeout=15)
     assert done.returncode == 0, done.stderr
-    whoami, categories, activity, clients = (
+    whoami, pushed, *records, transactions, categories, activity, clients = (
         json.loads(line) for line in done.stdout.strip().splitlines()
     )
     assert whoami["subject"] == "demo-client"
+    assert pushed["status"] == "completed"
+    assert [r["data"] for r in records] == [
+        {"order_id": "A-1", "amount": 12.5, "placed_at": "2026-11-22T09:30:00.000Z", "quantity": 1},
+        {"order_id": "A-2", "amount": 3, "quantity": 1},
+    ]
+    assert transactions["data"][0]["transaction_id"] == pushed["transaction_id"]
     assert whoami["client_ids"] == ["demo-crm"]
     assert [c["name"] for c in categories["data"]] == ["Quarterly reporting", "Supplier onboarding"]
     assert activity["total_entries"] >= 3
