@@ -76,3 +76,18 @@ def test_position_of_bad_utf8() -> None:
     with pytest.raises(StrictJSONError) as info:
         loads(b'{"ab": "\xc3\x28"}')
     assert info.value.position == 8
+
+
+@given(json_values)
+def test_depth_from_bytes_matches_the_walk(value: Any) -> None:
+    body = json.dumps(value).encode()
+    from_bytes = strictjson._bracket_depth(body)
+    if from_bytes is not None:
+        assert from_bytes == strictjson.depth(value)
+
+
+def test_brackets_inside_strings_do_not_count() -> None:
+    assert loads(b'{"a": "' + b"[" * 100 + b'"}') == {"a": "[" * 100}
+    assert loads(b'{"a": "\\"' + b"[" * 100 + b'"}') == {"a": '"' + "[" * 100}
+    with pytest.raises(StrictJSONError):
+        loads(b'{"a": "\\"]]]]", "b": ' + b"[" * 40 + b"]" * 40 + b"}")

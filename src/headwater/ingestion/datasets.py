@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
@@ -54,10 +55,17 @@ _compiled: LRU[Compiled] = LRU(maxsize=1024)
 
 
 def compiled(
-    session: Session, *, dataset_pk: uuid.UUID, version: int, options: dict[str, Any], coerce: bool
+    session: Session,
+    *,
+    dataset_pk: uuid.UUID,
+    version: int,
+    options: dict[str, Any],
+    coerce: bool | None,
 ) -> Compiled:
-    """The cached validator and normaliser of a schema version."""
-    parsed = DatasetOptions.model_validate(options)
+    """The cached validator and normaliser of a schema version under these options.
+
+    `coerce` overrides the dataset's `coerce_types` (files always coerce); None keeps it.
+    """
 
     def build() -> Compiled:
         schema = session.scalars(
@@ -65,12 +73,13 @@ def compiled(
                 DatasetSchema.dataset_pk == dataset_pk, DatasetSchema.version == version
             )
         ).one()
+        parsed = DatasetOptions.model_validate(options)
         return Compiled(
             validator=validation.compile_schema(schema),
             normaliser=normalise.compile_normaliser(schema, parsed.normalisation(coerce=coerce)),
         )
 
-    key = (dataset_pk, version, parsed.model_dump_json(), coerce)
+    key = (dataset_pk, version, orjson.dumps(options, option=orjson.OPT_SORT_KEYS), coerce)
     return _compiled.get_or_compute(key, build)
 
 

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     ForeignKey,
     Index,
@@ -82,7 +83,13 @@ class Transaction(Base):
 
 
 class Record(Base):
-    """One stored record. `seq` orders records in the order they were stored."""
+    """One stored record. `seq` orders records in the order they were stored.
+
+    `data` is JSON text, not JSONB: it keeps the record as sent (member order included)
+    and costs PostgreSQL no parsing into binary form on the ingestion path. There is no
+    foreign key to the transaction: the two are written in one database transaction by
+    the one function that stores records, and a per-row key check would cost each insert.
+    """
 
     __tablename__ = "records"
     __table_args__ = (
@@ -96,10 +103,10 @@ class Record(Base):
     record_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid)
-    transaction_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("transactions.id"))
+    transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     schema_version: Mapped[int] = mapped_column(Integer)
     ingested_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    data: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 class IdempotencyKey(Base):

@@ -67,6 +67,7 @@ class _Field:
 class _Object:
     fields: dict[str, _Field]
     closed: bool
+    defaulted: tuple[str, ...]
 
 
 def _types(schema: Mapping[str, Any]) -> frozenset[str]:
@@ -87,7 +88,8 @@ def _compile_object(schema: Mapping[str, Any]) -> _Object | None:
     fields = {
         name: _compile_field(sub) for name, sub in properties.items() if isinstance(sub, dict)
     }
-    return _Object(fields=fields, closed=closed)
+    defaulted = tuple(name for name, rule in fields.items() if rule.default is not _ABSENT)
+    return _Object(fields=fields, closed=closed, defaulted=defaulted)
 
 
 def _compile_field(schema: Mapping[str, Any]) -> _Field:
@@ -160,56 +162,75 @@ def _trim(value: Any) -> Any:
     return value
 
 
-class _Compiled:
-    """One schema and options, read once; `__call__` normalises one record."""
+_CANONICAL_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
-    __slots__ = ("field_map", "options", "root")
+
+class _Compiled:
+    """One schema and options, read once; `__call__` normalises one record.
+
+    One pass over each record: this runs for every record pushed, so the common cases
+    (a string, a number already of its type) take the fewest steps.
+    """
+
+    __slots__ = ("coerce", "drop", "field_map", "root", "trim")
 
     def __init__(self, root: _Object | None, options: Options) -> None:
         self.root = root
-        self.options = options
+        self.trim = options.trim_strings
+        self.coerce = options.coerce_types
+        self.drop = options.drop_unknown_fields
         self.field_map = dict(options.field_map)
 
     def __call__(self, record: Record) -> Record:
         if self.field_map:
             record = _map_fields(record, self.field_map)
-        if self.options.trim_strings:
-            record = _trim(record)
         if self.root is None:
-            return dict(record)
-        result: Record = self._object(record, self.root)
-        return result
+            return _trim(record) if self.trim else dict(record)
+        return self._object(record, self.root)
 
     def _value(self, value: Any, rule: _Field) -> Any:
-        if self.options.coerce_types:
-            value = coerce(value, rule.types)
-            if value is _ABSENT:
-                return value
-        if rule.date_time and isinstance(value, str):
-            return utc_ms(value)
-        if rule.shape is not None and isinstance(value, dict):
-            return self._object(value, rule.shape)
-        if rule.items is not None and isinstance(value, list):
-            items = rule.items
-            return [v for v in (self._value(item, items) for item in value) if v is not _ABSENT]
+        kind = type(value)
+        if kind is str:
+            if self.trim:
+                value = value.strip()
+            if self.coerce and rule.types and "string" not in rule.types:
+                value = coerce(value, rule.types)
+                if type(value) is not str:
+                    return value
+            if rule.date_time and not _CANONICAL_UTC.fullmatch(value):
+                return utc_ms(value)
+            return value
+        if kind is dict:
+            if rule.shape is not None:
+                return self._object(value, rule.shape)
+            return _trim(value) if self.trim else value
+        if kind is list:
+            if rule.items is not None:
+                items = rule.items
+                values = (self._value(item, items) for item in value)
+                return [v for v in values if v is not _ABSENT]
+            return _trim(value) if self.trim else value
+        if self.coerce and rule.types:
+            return coerce(value, rule.types)
         return value
 
     def _object(self, obj: Mapping[str, Any], shape: _Object) -> dict[str, Any]:
-        drop = self.options.drop_unknown_fields and shape.closed
+        drop = self.drop and shape.closed
+        trim = self.trim
         fields = shape.fields
         out: dict[str, Any] = {}
         for name, value in obj.items():
             rule = fields.get(name)
             if rule is None:
                 if not drop:
-                    out[name] = value
+                    out[name] = _trim(value) if trim else value
                 continue
             normalised = self._value(value, rule)
             if normalised is not _ABSENT:
                 out[name] = normalised
-        for name, rule in fields.items():
-            if rule.default is not _ABSENT and name not in out:
-                out[name] = copy.deepcopy(rule.default)
+        for name in shape.defaulted:
+            if name not in out:
+                out[name] = copy.deepcopy(fields[name].default)
         return out
 
 

@@ -1,4 +1,4 @@
-"""Storing records in bulk: COPY on PostgreSQL, one multi-row executemany elsewhere."""
+"""Storing records in bulk: one statement per batch, never one INSERT per record."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ from sqlalchemy.orm import Session
 
 from headwater.ingestion.models import Record
 
-_COLUMNS = (
-    "record_id",
-    "company_id",
-    "dataset_pk",
-    "transaction_id",
-    "schema_version",
-    "ingested_at",
-    "data",
-)
-_COPY = f"COPY records ({', '.join(_COLUMNS)}) FROM STDIN"
+# PostgreSQL: the batch travels as one JSON array (one orjson call) and the server makes
+# the rows and their ids; the client formats nothing per row.
+_UNNEST = """
+INSERT INTO records
+    (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
+SELECT gen_random_uuid(), %(company_id)s, %(dataset_pk)s, %(transaction_id)s,
+       %(schema_version)s, %(ingested_at)s, data
+FROM json_array_elements(%(data)s::json) WITH ORDINALITY AS batch(data, n)
+ORDER BY n
+"""
+_INSERT = insert(Record)
 
 
 def insert_records(
@@ -35,28 +36,27 @@ def insert_records(
     schema_version: int,
     ingested_at: datetime,
 ) -> None:
-    """Add `records` to the session's transaction; never one INSERT per record."""
+    """Add `records` to the session's transaction, in their order."""
     if not records:
         return
     if session.get_bind().dialect.name == "postgresql":
         connection = session.connection().connection.driver_connection
         assert connection is not None
-        with connection.cursor() as cursor, cursor.copy(_COPY) as copy:
-            for data in records:
-                copy.write_row(
-                    (
-                        uuid.uuid4(),
-                        company_id,
-                        dataset_pk,
-                        transaction_id,
-                        schema_version,
-                        ingested_at,
-                        orjson.dumps(data).decode(),
-                    )
-                )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _UNNEST,
+                {
+                    "company_id": company_id,
+                    "dataset_pk": dataset_pk,
+                    "transaction_id": transaction_id,
+                    "schema_version": schema_version,
+                    "ingested_at": ingested_at,
+                    "data": orjson.dumps(records).decode(),
+                },
+            )
         return
-    session.execute(
-        insert(Record),
+    session.connection().execute(
+        _INSERT,
         [
             {
                 "record_id": uuid.uuid4(),

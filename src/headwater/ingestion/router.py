@@ -109,11 +109,10 @@ PUSH_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
 )
 def push_json(
+    caller: DataWrite,
     body: Annotated[bytes, Depends(json_body)],
     key: Annotated[str | None, Depends(idempotency_key)],
-    session: SessionDep,
     runtime: RuntimeDep,
-    caller: DataWrite,
 ) -> Response:
     """Push one record (`data` an object) or a batch (`data` an array of objects).
 
@@ -124,7 +123,7 @@ def push_json(
     """
     settings = runtime.settings
     answer = service.push(
-        session,
+        runtime.db,
         caller,
         body=body,
         idempotency_key=key,

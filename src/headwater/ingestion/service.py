@@ -11,16 +11,18 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, delete, func, literal, select, tuple_
+from sqlalchemy import Select, and_, bindparam, delete, func, insert, literal, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from headwater.db import Database
 from headwater.errors import MalformedJSON
+from headwater.identity.models import IngestionClient
 from headwater.identity.tokens import Principal
 from headwater.ingestion import datasets, validation
 from headwater.ingestion.errors import (
     BatchTooLarge,
+    ClientNotAllowed,
     DatasetNotFound,
     IdempotencyKeyReused,
     InvalidEnvelope,
@@ -121,10 +123,64 @@ def _dataset(session: Session, caller: Principal, client_id: str, dataset_id: st
         raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.") from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    dataset_pk: uuid.UUID
+    version: int
+    compiled: datasets.Compiled
+
+
+# Built once: composing a statement costs more than running it on a warm connection.
+_TARGET = (
+    select(
+        IngestionClient.company_id,
+        IngestionClient.revoked_at,
+        Dataset.id,
+        Dataset.schema_version,
+        Dataset.options,
+    )
+    .outerjoin(
+        Dataset,
+        and_(
+            Dataset.client_id == IngestionClient.client_id,
+            Dataset.dataset_id == bindparam("dataset_id"),
+        ),
+    )
+    .where(IngestionClient.client_id == bindparam("client_id"))
+)
+_INSERT_TRANSACTION = insert(Transaction)
+
+
+def _target(session: Session, caller: Principal, client_id: str, dataset_id: str) -> _Target:
+    """The dataset a push names, in one query; 403 unless the token may use its client."""
+    if not caller.may_use_client(client_id):
+        raise ClientNotAllowed(client_id)
+    row = (
+        session.connection()
+        .execute(_TARGET, {"client_id": client_id, "dataset_id": dataset_id})
+        .one_or_none()
+    )
+    if row is None or row.company_id != caller.actor.company_id or row.revoked_at is not None:
+        raise ClientNotAllowed(client_id)
+    if row.id is None:
+        raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.")
+    compiled = datasets.compiled(
+        session, dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+    )
+    return _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
+
+
 def _replay(
     session: Session, *, company_id: uuid.UUID, key: str, request_hash: str, limits: Limits
 ) -> Answer | None:
-    row = session.get(IdempotencyKey, (company_id, key))
+    row = session.execute(
+        select(
+            IdempotencyKey.request_hash,
+            IdempotencyKey.status_code,
+            IdempotencyKey.response,
+            IdempotencyKey.created_at,
+        ).where(IdempotencyKey.company_id == company_id, IdempotencyKey.key == key)
+    ).one_or_none()
     if row is None or row.created_at < utcnow() - limits.idempotency_ttl:
         return None
     if row.request_hash != request_hash:
@@ -132,7 +188,7 @@ def _replay(
             "This Idempotency-Key was used with a different body in the last "
             f"{int(limits.idempotency_ttl.total_seconds() // 3600)} h; use a new key."
         )
-    return Answer(status=row.status_code, body=row.response, replayed=True)
+    return Answer(status=row.status_code, body=bytes(row.response), replayed=True)
 
 
 def _claim(
@@ -178,7 +234,7 @@ def _claim(
 
 
 def push(
-    session: Session,
+    db: Database,
     caller: Principal,
     *,
     body: bytes,
@@ -187,59 +243,51 @@ def push(
 ) -> Answer:
     """Normalise and validate every record, then store all of them or none.
 
-    A 200 answer is sent only after the commit. A rejected push keeps its transaction
-    (status `rejected`, with the errors) and stores no record.
+    Reads happen outside any transaction, and records are checked before the write
+    transaction begins, so it is short. A 200 answer is sent only after the commit. A
+    rejected push keeps its transaction (status `rejected`, with the errors) and stores
+    no record.
     """
     client_id, dataset_id, records = _envelope(body, limits=limits)
     company_id = caller.actor.company_id
     request_hash = hashlib.sha256(body).hexdigest()
-    if idempotency_key is not None:
-        replay = _replay(
-            session,
-            company_id=company_id,
-            key=idempotency_key,
-            request_hash=request_hash,
-            limits=limits,
-        )
-        if replay is not None:
-            return replay
-    dataset = _dataset(session, caller, client_id, dataset_id)
-    version = dataset.schema_version
-    compiled = datasets.compiled(
-        session,
-        dataset_pk=dataset.id,
-        version=version,
-        options=dataset.options,
-        coerce=bool(dataset.options.get("coerce_types", False)),
-    )
-    dataset_pk = dataset.id
-    session.rollback()  # end the read transaction: no lock is held while records are checked
+    with db.read_session() as session:
+        if idempotency_key is not None:
+            replay = _replay(
+                session,
+                company_id=company_id,
+                key=idempotency_key,
+                request_hash=request_hash,
+                limits=limits,
+            )
+            if replay is not None:
+                return replay
+        target = _target(session, caller, client_id, dataset_id)
 
-    normalise = compiled.normaliser
+    normalise = target.compiled.normaliser
     cleaned = [normalise(record) for record in records]
-    error_count, errors = validation.batch_errors(compiled.validator, cleaned)
-    rejected = len({e["record"] for e in errors}) if error_count else 0
+    error_count, errors = validation.batch_errors(target.compiled.validator, cleaned)
 
     transaction_id = uuid.uuid4()
     received_at = utcnow_ms()
-    transaction = Transaction(
-        id=transaction_id,
-        company_id=company_id,
-        dataset_pk=dataset_pk,
-        client_id=client_id,
-        dataset_id=dataset_id,
-        kind="json",
-        status="rejected" if error_count else "completed",
-        schema_version=version,
-        records_received=len(records),
-        records_accepted=0 if error_count else len(records),
-        records_rejected=rejected if error_count else 0,
-        error_count=error_count,
-        errors=errors,
-        author_id=caller.author_id,
-        created_at=received_at,
-        completed_at=received_at,
-    )
+    transaction = {
+        "id": transaction_id,
+        "company_id": company_id,
+        "dataset_pk": target.dataset_pk,
+        "client_id": client_id,
+        "dataset_id": dataset_id,
+        "kind": "json",
+        "status": "rejected" if error_count else "completed",
+        "schema_version": target.version,
+        "records_received": len(records),
+        "records_accepted": 0 if error_count else len(records),
+        "records_rejected": len({e["record"] for e in errors}) if error_count else 0,
+        "error_count": error_count,
+        "errors": errors,
+        "author_id": caller.author_id,
+        "created_at": received_at,
+        "completed_at": received_at,
+    }
     if error_count:
         problem = RecordsInvalid(
             transaction_id=transaction_id, error_count=error_count, errors=errors
@@ -250,45 +298,45 @@ def push(
             transaction_id=transaction_id,
             client_id=client_id,
             dataset_id=dataset_id,
-            schema_version=version,
+            schema_version=target.version,
             records_received=len(records),
             records_accepted=len(records),
             received_at=received_at,
         )
         answer = Answer(status=200, body=result.model_dump_json().encode())
 
-    if idempotency_key is not None and not _claim(
-        session,
-        company_id=company_id,
-        key=idempotency_key,
-        request_hash=request_hash,
-        answer=answer,
-        transaction_id=transaction_id,
-        limits=limits,
-    ):
-        session.rollback()
-        replay = _replay(
+    with db.session() as session:
+        if idempotency_key is not None and not _claim(
             session,
             company_id=company_id,
             key=idempotency_key,
             request_hash=request_hash,
-            limits=limits,
-        )
-        assert replay is not None, "a key that conflicts is held by a committed request"
-        return replay
-    session.add(transaction)
-    session.flush()
-    if not error_count:
-        insert_records(
-            session,
-            cleaned,
-            company_id=company_id,
-            dataset_pk=dataset_pk,
+            answer=answer,
             transaction_id=transaction_id,
-            schema_version=version,
-            ingested_at=received_at,
-        )
-    session.commit()
+            limits=limits,
+        ):
+            session.rollback()
+            replay = _replay(
+                session,
+                company_id=company_id,
+                key=idempotency_key,
+                request_hash=request_hash,
+                limits=limits,
+            )
+            assert replay is not None, "a key that conflicts is held by a committed request"
+            return replay
+        session.connection().execute(_INSERT_TRANSACTION, [transaction])
+        if not error_count:
+            insert_records(
+                session,
+                cleaned,
+                company_id=company_id,
+                dataset_pk=target.dataset_pk,
+                transaction_id=transaction_id,
+                schema_version=target.version,
+                ingested_at=received_at,
+            )
+        session.commit()
     return answer
 
 

@@ -131,12 +131,7 @@ def upgrade() -> None:
         sa.Column("transaction_id", sa.Uuid(), nullable=False),
         sa.Column("schema_version", sa.Integer(), nullable=False),
         sa.Column("ingested_at", headwater.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("data", sa.JSON().with_variant(postgresql.JSONB(), "postgresql"), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["transaction_id"],
-            ["transactions.id"],
-            name=op.f("fk_records_transaction_id_transactions"),
-        ),
+        sa.Column("data", sa.JSON(), nullable=False),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_records")),
     )
     with op.batch_alter_table("records", schema=None) as batch_op:

@@ -1,0 +1,151 @@
+"""Push-JSON throughput (issue 4's benchmark).
+
+Starts Headwater as the README documents for production (PostgreSQL, one API process
+per core), registers a 20-field draft-06 schema, and drives it with wrk:
+
+  (a) batches of 500 records of about 1 KB, concurrency 8      records/s
+  (b) single-record pushes, concurrency 32                     requests/s, p50, p99
+  (c) GET /platform/v1/whoami (bench/auth.py's authenticated
+      no-database endpoint), concurrency 32                    requests/s: the ceiling
+
+and prints (b)/(c). Targets: (a) >= 30,000 records/s; (b)/(c) >= 0.5 with p99 <= 100 ms.
+Every answer must be 200 (wrk counts the others); the stored row count is checked at
+the end against what the server acknowledged.
+
+    uv run python -m bench.ingest [--seconds 20] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import httpx
+import psycopg
+
+from bench.common import (
+    OPERATOR,
+    SECRET,
+    bench_database,
+    production_server,
+    report,
+    request_script,
+    run_wrk,
+    server_env,
+)
+from bench.validate import SCHEMA, record
+
+AUDIENCE = "headwater-api"
+
+
+def token(url: str, client_id: str, secret: str) -> str:
+    body = {"client_id": client_id, "client_secret": secret, "audience": AUDIENCE}
+    response = httpx.post(url + "/oauth/token", json=body)
+    response.raise_for_status()
+    return str(response.json()["access_token"])
+
+
+def setup(url: str) -> tuple[dict[str, str], str]:
+    """A company, an ingestion client, the 20-field dataset and a data credential."""
+    admin = {"Authorization": f"Bearer {token(url, OPERATOR, SECRET)}"}
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        response = httpx.post(url + path, json=body, headers=admin, timeout=30)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    company = post("/admin/v1/companies", {"name": "Bench"})["id"]
+    post(f"/admin/v1/companies/{company}/clients", {"client_id": "bench-crm", "name": "Bench"})
+    post("/admin/v1/clients/bench-crm/datasets", {"dataset_id": "events", "schema": SCHEMA})
+    credential = post(
+        f"/admin/v1/companies/{company}/credentials",
+        {"name": "bench", "scopes": ["data:write", "data:read"], "client_ids": []},
+    )
+    bearer = token(url, credential["client_id"], credential["client_secret"])
+    return {"Authorization": f"Bearer {bearer}"}, company
+
+
+def push_body(records: list[dict[str, Any]] | dict[str, Any]) -> str:
+    return json.dumps({"client_id": "bench-crm", "dataset_id": "events", "data": records})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+
+    batch = [record(i) | {"notes": "n" * 500} for i in range(500)]
+    size = len(json.dumps(batch[0]))
+    with bench_database("headwater_bench_ingest") as database_url:
+        env = server_env(database_url)
+        with production_server(env, args.workers) as url:
+            bearer, _company = setup(url)
+            json_headers = bearer | {"Content-Type": "application/json"}
+            warm = httpx.post(
+                url + "/platform/v1/data/json", content=push_body(batch), headers=json_headers
+            )
+            assert warm.status_code == 200, warm.text
+            for _ in range(args.workers * 4):  # every worker compiles the schema first
+                httpx.post(
+                    url + "/platform/v1/data/json",
+                    content=push_body(batch[0]),
+                    headers=json_headers,
+                ).raise_for_status()
+            push = url + "/platform/v1/data/json"
+            results = {
+                "a": run_wrk(
+                    push,
+                    seconds=args.seconds,
+                    connections=8,
+                    script=request_script(
+                        method="POST", body=push_body(batch), headers=json_headers
+                    ),
+                ),
+                "b": run_wrk(
+                    push,
+                    seconds=args.seconds,
+                    connections=32,
+                    script=request_script(
+                        method="POST", body=push_body(batch[1]), headers=json_headers
+                    ),
+                ),
+                "c": run_wrk(
+                    url + "/platform/v1/whoami",
+                    seconds=args.seconds,
+                    connections=32,
+                    script=request_script(headers=bearer),
+                ),
+            }
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT count(*) FROM records").fetchone()
+            stored = row[0] if row else 0
+    a, b, c = results["a"], results["b"], results["c"]
+    print(
+        f"workers={args.workers} seconds={args.seconds} database=postgresql "
+        f"cores={os.cpu_count()} record~{size} bytes"
+    )
+    print(report("(a) push 500-record batches, c=8", a))
+    print(report("(b) push single records, c=32", b))
+    print(report("(c) GET /platform/v1/whoami, c=32", c))
+    records_per_second = a.requests_per_second * 500
+    ratio = b.requests_per_second / c.requests_per_second
+    print(
+        f"(a) {records_per_second:,.0f} records/s  (target >= 30,000: "
+        f"{'met' if records_per_second >= 30_000 else 'NOT met'})"
+    )
+    print(
+        f"(b)/(c) = {ratio:.3f}, (b) p99 {b.latency_p99_ms:.1f} ms  (target >= 0.5 with p99 <= "
+        f"100 ms: {'met' if ratio >= 0.5 and b.latency_p99_ms <= 100 else 'NOT met'})"
+    )
+    # wrk counts answered requests; one cut off when time ran out may still have stored.
+    answered = 500 + args.workers * 4 + a.requests * 500 + b.requests
+    print(f"records stored {stored:,}; answered 200 for {answered:,}")
+    if any(r.non_2xx for r in results.values()) or stored < answered:
+        raise SystemExit("some requests failed or records are missing; figures not valid")
+
+
+if __name__ == "__main__":
+    main()
