@@ -31,6 +31,15 @@ RFC 6749 errors (`{"error", "error_description"}`).
 200). Authenticated answers carry `RateLimit-Limit`, `RateLimit-Remaining` and
 `RateLimit-Reset`; a 429 adds `Retry-After`.
 
+**Data.** Operators register datasets (a draft-06 JSON Schema and options) under
+`/admin/v1/clients/{client_id}/datasets`. `POST /platform/v1/data/json` normalises
+each record (trimming, optional lossless type coercion, date-times to UTC milliseconds,
+field mapping, defaults), validates it against the dataset's current schema version and
+stores the whole batch or nothing; 422 lists up to 100 errors with record index, JSON
+Pointer, keyword and message. Bodies are read as strict JSON (no duplicate members,
+NaN/Infinity, numbers outside 64-bit/double range, invalid UTF-8 or nesting deeper than
+32). `Idempotency-Key` makes a push safe to retry for 24 h.
+
 **Pages.** Lists answer `{page_number, page_size, total_entries, total_pages, data}`,
 pages numbered from 0, `page_size` 1-100 (default 20).
 
