@@ -15,6 +15,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
@@ -29,6 +31,13 @@ from tests.factories import (
     get_token,
 )
 from tests.tenants import Tenant
+
+# Property tests: machines here are shared and noisy, so no per-example deadline and no
+# complaint about slow generation; the examples themselves are what is checked.
+hypothesis_settings.register_profile(
+    "headwater", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("headwater")
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
