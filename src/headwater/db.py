@@ -106,6 +106,7 @@ class Database:
             if self.engine.dialect.name == "sqlite"
             else self.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
+        self.reader = reader
         self.read_sessions = sessionmaker(reader, expire_on_commit=False)
 
     @contextmanager
@@ -118,6 +119,18 @@ class Database:
         """A session for reads only: it must not be used to write."""
         with self.read_sessions() as session:
             yield session
+
+    @contextmanager
+    def read_connection(self) -> Iterator[Connection]:
+        """A Core connection for reads only, without the ORM: for the hottest paths."""
+        with self.reader.connect() as connection:
+            yield connection
+
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A Core connection in a transaction, committed when the block ends without error."""
+        with self.engine.begin() as connection:
+            yield connection
 
     def ping(self) -> None:
         """Raise if the database cannot answer a trivial query."""

@@ -28,7 +28,8 @@ oauth2 = OAuth2(
 )
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
+    # async: a sync dependency would cost every request a hop through the thread pool
     runtime: Runtime = request.app.state.runtime
     return runtime
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, func, select
+from sqlalchemy import Connection, Select, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import service as activity
@@ -55,7 +55,7 @@ _compiled: LRU[Compiled] = LRU(maxsize=1024)
 
 
 def compiled(
-    session: Session,
+    connection: Connection,
     *,
     dataset_pk: uuid.UUID,
     version: int,
@@ -68,7 +68,7 @@ def compiled(
     """
 
     def build() -> Compiled:
-        schema = session.scalars(
+        schema = connection.scalars(
             select(DatasetSchema.schema).where(
                 DatasetSchema.dataset_pk == dataset_pk, DatasetSchema.version == version
             )

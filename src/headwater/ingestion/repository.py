@@ -8,8 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import insert
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, insert
 
 from headwater.ingestion.models import Record
 
@@ -27,7 +26,7 @@ _INSERT = insert(Record)
 
 
 def insert_records(
-    session: Session,
+    connection: Connection,
     records: Sequence[dict[str, Any]],
     *,
     company_id: uuid.UUID,
@@ -36,13 +35,13 @@ def insert_records(
     schema_version: int,
     ingested_at: datetime,
 ) -> None:
-    """Add `records` to the session's transaction, in their order."""
+    """Add `records` to the connection's transaction, in their order."""
     if not records:
         return
-    if session.get_bind().dialect.name == "postgresql":
-        connection = session.connection().connection.driver_connection
-        assert connection is not None
-        with connection.cursor() as cursor:
+    if connection.dialect.name == "postgresql":
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        with driver.cursor() as cursor:
             cursor.execute(
                 _UNNEST,
                 {
@@ -55,7 +54,7 @@ def insert_records(
                 },
             )
         return
-    session.connection().execute(
+    connection.execute(
         _INSERT,
         [
             {

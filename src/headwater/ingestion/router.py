@@ -57,7 +57,7 @@ async def json_body(request: Request) -> bytes:
     return await request.body()
 
 
-def idempotency_key(
+async def idempotency_key(
     key: Annotated[
         str | None,
         Header(

@@ -11,7 +11,18 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, and_, bindparam, delete, func, insert, literal, select, tuple_
+from sqlalchemy import (
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    tuple_,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -151,29 +162,27 @@ _TARGET = (
 _INSERT_TRANSACTION = insert(Transaction)
 
 
-def _target(session: Session, caller: Principal, client_id: str, dataset_id: str) -> _Target:
+def _target(connection: Connection, caller: Principal, client_id: str, dataset_id: str) -> _Target:
     """The dataset a push names, in one query; 403 unless the token may use its client."""
     if not caller.may_use_client(client_id):
         raise ClientNotAllowed(client_id)
-    row = (
-        session.connection()
-        .execute(_TARGET, {"client_id": client_id, "dataset_id": dataset_id})
-        .one_or_none()
-    )
+    row = connection.execute(
+        _TARGET, {"client_id": client_id, "dataset_id": dataset_id}
+    ).one_or_none()
     if row is None or row.company_id != caller.actor.company_id or row.revoked_at is not None:
         raise ClientNotAllowed(client_id)
     if row.id is None:
         raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.")
     compiled = datasets.compiled(
-        session, dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+        connection, dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
     )
     return _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
 
 
 def _replay(
-    session: Session, *, company_id: uuid.UUID, key: str, request_hash: str, limits: Limits
+    connection: Connection, *, company_id: uuid.UUID, key: str, request_hash: str, limits: Limits
 ) -> Answer | None:
-    row = session.execute(
+    row = connection.execute(
         select(
             IdempotencyKey.request_hash,
             IdempotencyKey.status_code,
@@ -192,7 +201,7 @@ def _replay(
 
 
 def _claim(
-    session: Session,
+    connection: Connection,
     *,
     company_id: uuid.UUID,
     key: str,
@@ -207,16 +216,16 @@ def _claim(
     commits (then finds its row) or rolls back (then takes the key itself).
     """
     now = utcnow_ms()
-    session.execute(
+    connection.execute(
         delete(IdempotencyKey).where(
             IdempotencyKey.company_id == company_id,
             IdempotencyKey.key == key,
             IdempotencyKey.created_at < now - limits.idempotency_ttl,
         )
     )
-    dialect = session.get_bind().dialect.name
+    dialect = connection.dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    result = session.execute(
+    result = connection.execute(
         insert(IdempotencyKey)
         .values(
             company_id=company_id,
@@ -251,10 +260,10 @@ def push(
     client_id, dataset_id, records = _envelope(body, limits=limits)
     company_id = caller.actor.company_id
     request_hash = hashlib.sha256(body).hexdigest()
-    with db.read_session() as session:
+    with db.read_connection() as connection:
         if idempotency_key is not None:
             replay = _replay(
-                session,
+                connection,
                 company_id=company_id,
                 key=idempotency_key,
                 request_hash=request_hash,
@@ -262,7 +271,7 @@ def push(
             )
             if replay is not None:
                 return replay
-        target = _target(session, caller, client_id, dataset_id)
+        target = _target(connection, caller, client_id, dataset_id)
 
     normalise = target.compiled.normaliser
     cleaned = [normalise(record) for record in records]
@@ -305,9 +314,9 @@ def push(
         )
         answer = Answer(status=200, body=result.model_dump_json().encode())
 
-    with db.session() as session:
+    with db.begin() as connection:
         if idempotency_key is not None and not _claim(
-            session,
+            connection,
             company_id=company_id,
             key=idempotency_key,
             request_hash=request_hash,
@@ -315,29 +324,31 @@ def push(
             transaction_id=transaction_id,
             limits=limits,
         ):
-            session.rollback()
-            replay = _replay(
-                session,
+            held = None
+        else:
+            held = answer
+            connection.execute(_INSERT_TRANSACTION, [transaction])
+            if not error_count:
+                insert_records(
+                    connection,
+                    cleaned,
+                    company_id=company_id,
+                    dataset_pk=target.dataset_pk,
+                    transaction_id=transaction_id,
+                    schema_version=target.version,
+                    ingested_at=received_at,
+                )
+    if held is None:  # another request holds the key and has committed: answer as it did
+        with db.read_connection() as connection:
+            held = _replay(
+                connection,
                 company_id=company_id,
-                key=idempotency_key,
+                key=idempotency_key or "",
                 request_hash=request_hash,
                 limits=limits,
             )
-            assert replay is not None, "a key that conflicts is held by a committed request"
-            return replay
-        session.connection().execute(_INSERT_TRANSACTION, [transaction])
-        if not error_count:
-            insert_records(
-                session,
-                cleaned,
-                company_id=company_id,
-                dataset_pk=target.dataset_pk,
-                transaction_id=transaction_id,
-                schema_version=target.version,
-                ingested_at=received_at,
-            )
-        session.commit()
-    return answer
+        assert held is not None, "a key that conflicts is held by a committed request"
+    return held
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:
