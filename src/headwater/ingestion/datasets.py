@@ -242,6 +242,25 @@ def _snapshot(dataset: Dataset) -> dict[str, Any]:
     }
 
 
+def _audit(
+    session: Session,
+    *,
+    actor: Actor,
+    action: str,
+    dataset: Dataset,
+    before: dict[str, Any] | None,
+) -> None:
+    activity.record(
+        session,
+        actor=actor,
+        action=action,
+        resource_type="dataset",
+        resource_id=dataset.id,
+        before=before,
+        after=_snapshot(dataset),
+    )
+
+
 def _add_version(
     session: Session, dataset: Dataset, *, schema: dict[str, Any], actor: Actor
 ) -> DatasetSchema:
@@ -307,15 +326,7 @@ def register(
     )
     session.add(dataset)
     session.flush()
-    activity.record(
-        session,
-        actor=actor,
-        action="create",
-        resource_type="dataset",
-        resource_id=dataset.id,
-        before=None,
-        after=_snapshot(dataset),
-    )
+    _audit(session, actor=actor, action="create", dataset=dataset, before=None)
     _add_version(session, dataset, schema=schema, actor=actor)
     session.commit()
     return views(session, [dataset])[0]
@@ -375,15 +386,7 @@ def add_version(
     dataset.schema_version += 1
     dataset.updated_at = utcnow_ms()
     session.flush()
-    activity.record(
-        session,
-        actor=actor,
-        action="update",
-        resource_type="dataset",
-        resource_id=dataset.id,
-        before=before,
-        after=_snapshot(dataset),
-    )
+    _audit(session, actor=actor, action="update", dataset=dataset, before=before)
     _add_version(session, dataset, schema=schema, actor=actor)
     session.commit()
     return views(session, [dataset])[0]
@@ -403,14 +406,12 @@ def set_options(
     dataset.options = options.model_dump()
     dataset.updated_at = utcnow_ms()
     session.flush()
-    activity.record(
+    _audit(
         session,
         actor=Actor(company_id=client.company_id, author_id=author_id),
         action="update",
-        resource_type="dataset",
-        resource_id=dataset.id,
+        dataset=dataset,
         before=before,
-        after=_snapshot(dataset),
     )
     session.commit()
     return views(session, [dataset])[0]
