@@ -263,3 +263,45 @@ def test_ndjson_memory_does_not_grow_with_the_result(
     assert (small[0], large[0]) == (3000, 12_000)
     assert large[1] > 24_000_000
     assert large[2] < small[2] * 1.25, (small, large)
+
+
+def test_records_filter_by_field_values(
+    client: TestClient, admin: dict[str, str], company: str
+) -> None:
+    tenant = DataTenant(client, admin, company)
+    tenant.push(
+        [
+            order(1, **{"customer-email": "ann@example.com"}, paid=True, quantity=2),
+            order(2, **{"customer-email": "bob@example.com"}, paid=False, quantity=2),
+            order(3, **{"customer-email": "ann@example.com"}, paid=False, amount=4.5),
+            order(4, order_id="2", quantity=3),
+        ]
+    )
+
+    def ids(**fields: Any) -> list[str]:
+        found = tenant.records(filter=json.dumps(fields))
+        return [r["data"]["order_id"] for r in found]
+
+    assert ids(**{"customer-email": "ann@example.com"}) == ["A-1", "A-3"]
+    assert ids(**{"customer-email": "ann@example.com", "paid": False}) == ["A-3"]
+    assert ids(paid=True) == ["A-1"]
+    assert ids(quantity=2) == ["A-1", "A-2"]
+    assert ids(amount=4.5) == ["A-3"]
+    assert ids(order_id="2") == ["2"]
+    assert ids(quantity="2") == []  # a string never equals a number
+    assert ids(order_id=2) == []
+    assert ids(channel="web") == ["A-1", "A-2", "A-3", "2"]  # the default was stored
+    assert ids(**{"no-such_field": "x"}) == []
+
+
+@pytest.mark.parametrize(
+    "value", ["not json", "[1]", "{}", '{"a": {"b": 1}}', '{"a": null}', '{"a": 1, "a": 2}']
+)
+def test_bad_record_filters_400(data_tenant: DataTenant, value: str) -> None:
+    response = data_tenant.client.get(
+        "/platform/v1/data",
+        params={"client_id": data_tenant.client_id, "dataset_id": "orders", "filter": value},
+        headers=data_tenant.headers,
+    )
+    problem = assert_problem(response, 400)
+    assert "filter" in problem["detail"]

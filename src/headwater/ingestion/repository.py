@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, insert
+from sqlalchemy import ColumnElement, Connection, func, insert, literal
 
 from headwater.ingestion.models import Record
 
@@ -69,3 +69,28 @@ def insert_records(
             for data in records
         ],
     )
+
+
+def field_equals(dialect: str, name: str, value: str | int | float | bool) -> ColumnElement[bool]:
+    """Records whose top-level field `name` equals `value` (JSON types compared exactly).
+
+    PostgreSQL compares the field's JSON text and its JSON type, so 1 never matches "1";
+    SQLite's json_extract answers typed SQL values, and a type check does the same there.
+    """
+    kind = _JSON_KIND[type(value)]
+    if dialect == "postgresql":
+        text = orjson.dumps(value).decode() if not isinstance(value, str) else value
+        field = Record.data.op("->")(literal(name))
+        return (func.json_typeof(field) == kind) & (Record.data.op("->>")(literal(name)) == text)
+    path = '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    sqlite_kind = {"string": "text", "number": "integer", "boolean": "true"}[kind]
+    extracted = func.json_extract(Record.data, path)
+    kind_of = func.json_type(Record.data, path)
+    if kind == "boolean":
+        return kind_of == ("true" if value else "false")
+    if kind == "number":
+        return kind_of.in_(["integer", "real"]) & (extracted == value)
+    return (kind_of == sqlite_kind) & (extracted == value)
+
+
+_JSON_KIND = {str: "string", int: "number", float: "number", bool: "boolean"}

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints
 
 from headwater.identity.schemas import ClientId
 from headwater.ingestion import normalise
+from headwater.kit import strictjson
 from headwater.kit.clock import InputDateTime, Timestamp
 from headwater.kit.pagination import PageQuery
 from headwater.kit.schemas import Input, Output
@@ -201,9 +202,39 @@ class RecordRead(Output):
     data: dict[str, Any]
 
 
+Scalar = str | int | float | bool
+MAX_FILTER_FIELDS = 10
+
+
+def _field_filter(value: object) -> object:
+    if value is None or isinstance(value, dict):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be a JSON object")
+    try:
+        parsed = strictjson.loads(value.encode(), max_depth=1)
+    except strictjson.StrictJSONError as exc:
+        raise ValueError(f"is not acceptable JSON: {exc.message}") from None
+    if not isinstance(parsed, dict) or not 1 <= len(parsed) <= MAX_FILTER_FIELDS:
+        raise ValueError(f"must be a JSON object of 1-{MAX_FILTER_FIELDS} members")
+    return parsed
+
+
+FieldFilter = Annotated[dict[str, Scalar] | None, BeforeValidator(_field_filter)]
+
+
 class RecordQuery(PageQuery):
     client_id: ClientId
     dataset_id: DatasetId
     transaction_id: uuid.UUID | None = None
     ingested_after: InputDateTime | None = Field(None, description="Ingested at or after.")
     ingested_before: InputDateTime | None = Field(None, description="Ingested before.")
+    filter: FieldFilter = Field(
+        None,
+        description=(
+            "Records whose top-level fields equal these values: a JSON object of 1-10 "
+            "members, each a string, number or boolean. Names may hold any character, "
+            "hyphens and underscores included."
+        ),
+        examples=['{"customer-email": "ann@example.com", "paid": true}'],
+    )

@@ -41,7 +41,7 @@ from headwater.ingestion.errors import (
     TransactionNotFound,
 )
 from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transaction
-from headwater.ingestion.repository import insert_records
+from headwater.ingestion.repository import field_equals, insert_records
 from headwater.ingestion.schemas import (
     ID_PATTERN,
     PushResult,
@@ -419,6 +419,9 @@ def _records_statement(session: Session, caller: Principal, query: RecordQuery) 
         statement = statement.where(Record.ingested_at >= query.ingested_after)
     if query.ingested_before is not None:
         statement = statement.where(Record.ingested_at < query.ingested_before)
+    dialect = session.get_bind().dialect.name
+    for name, value in (query.filter or {}).items():
+        statement = statement.where(field_equals(dialect, name, value))
     return statement
 
 
