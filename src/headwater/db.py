@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
@@ -44,6 +45,11 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def dialect_insert(dialect: Dialect) -> Callable[..., Any]:
+    """The dialect's own INSERT, with ON CONFLICT (PostgreSQL's or SQLite's)."""
+    return postgresql.insert if dialect.name == "postgresql" else sqlite.insert
 
 
 class Base(DeclarativeBase):

@@ -9,12 +9,12 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Select, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from headwater.activity import chain
 from headwater.activity.models import ActivityEntry, ActivityHead
 from headwater.activity.schemas import ActivitySearch
+from headwater.db import dialect_insert
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import iso_ms, utcnow_ms
@@ -42,9 +42,8 @@ def _locked_head(session: Session, company_id: uuid.UUID) -> ActivityHead:
     The row lock orders one company's writes; other companies' heads are other rows,
     so their writes never wait on these.
     """
-    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
     session.execute(
-        insert(ActivityHead)
+        dialect_insert(session.get_bind().dialect)(ActivityHead)
         .values(company_id=company_id, count=0, hash=chain.GENESIS)
         .on_conflict_do_nothing(index_elements=["company_id"])
     )

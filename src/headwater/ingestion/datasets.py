@@ -9,7 +9,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 import orjson
 from sqlalchemy import Connection, Select, func, select
@@ -86,14 +87,28 @@ def compiled(
 # --- reads ----------------------------------------------------------------------------------
 
 
+class _ClientState(Protocol):
+    company_id: uuid.UUID
+    revoked_at: datetime | None
+
+
+def check_usable(caller: Principal, client_id: str, client: _ClientState | None) -> None:
+    """403 unless `client` (as found, None if not) is the caller's company's, not revoked;
+    the answer is the same whether or not the client exists."""
+    if (
+        client is None
+        or client.company_id != caller.actor.company_id
+        or client.revoked_at is not None
+    ):
+        raise ClientNotAllowed(client_id)
+
+
 def usable_client(session: Session, caller: Principal, client_id: str) -> IngestionClient:
     """The ingestion client, if this token may use it; else 403 (whether or not it exists)."""
-    company_id = caller.actor.company_id
-    if caller.may_use_client(client_id):
-        client = session.get(IngestionClient, client_id)
-        if client is not None and client.company_id == company_id and client.revoked_at is None:
-            return client
-    raise ClientNotAllowed(client_id)
+    client = session.get(IngestionClient, client_id) if caller.may_use_client(client_id) else None
+    check_usable(caller, client_id, client)
+    assert client is not None
+    return client
 
 
 def list_visible(

@@ -83,14 +83,13 @@ def field_equals(dialect: str, name: str, value: str | int | float | bool) -> Co
         field = Record.data.op("->")(literal(name))
         return (func.json_typeof(field) == kind) & (Record.data.op("->>")(literal(name)) == text)
     path = '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    sqlite_kind = {"string": "text", "number": "integer", "boolean": "true"}[kind]
     extracted = func.json_extract(Record.data, path)
     kind_of = func.json_type(Record.data, path)
     if kind == "boolean":
         return kind_of == ("true" if value else "false")
     if kind == "number":
         return kind_of.in_(["integer", "real"]) & (extracted == value)
-    return (kind_of == sqlite_kind) & (extracted == value)
+    return (kind_of == "text") & (extracted == value)
 
 
 _JSON_KIND = {str: "string", int: "number", float: "number", bool: "boolean"}

@@ -23,17 +23,15 @@ from sqlalchemy import (
     select,
     tuple_,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from headwater.db import Database
+from headwater.db import Database, dialect_insert
 from headwater.errors import MalformedJSON
 from headwater.identity.models import IngestionClient
 from headwater.identity.tokens import Principal
 from headwater.ingestion import datasets, validation
 from headwater.ingestion.errors import (
     BatchTooLarge,
-    ClientNotAllowed,
     DatasetNotFound,
     IdempotencyKeyReused,
     InvalidEnvelope,
@@ -128,10 +126,7 @@ def _envelope(body: bytes, *, limits: Limits) -> tuple[str, str, list[Any]]:
 
 def _dataset(session: Session, caller: Principal, client_id: str, dataset_id: str) -> Dataset:
     datasets.usable_client(session, caller, client_id)
-    try:
-        return datasets.find(session, client_id=client_id, dataset_id=dataset_id)
-    except DatasetNotFound:
-        raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.") from None
+    return datasets.find(session, client_id=client_id, dataset_id=dataset_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,13 +159,13 @@ _INSERT_TRANSACTION = insert(Transaction)
 
 def _target(connection: Connection, caller: Principal, client_id: str, dataset_id: str) -> _Target:
     """The dataset a push names, in one query; 403 unless the token may use its client."""
-    if not caller.may_use_client(client_id):
-        raise ClientNotAllowed(client_id)
-    row = connection.execute(
-        _TARGET, {"client_id": client_id, "dataset_id": dataset_id}
-    ).one_or_none()
-    if row is None or row.company_id != caller.actor.company_id or row.revoked_at is not None:
-        raise ClientNotAllowed(client_id)
+    row = None
+    if caller.may_use_client(client_id):
+        row = connection.execute(
+            _TARGET, {"client_id": client_id, "dataset_id": dataset_id}
+        ).one_or_none()
+    datasets.check_usable(caller, client_id, row)
+    assert row is not None
     if row.id is None:
         raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.")
     compiled = datasets.compiled(
@@ -223,10 +218,8 @@ def _claim(
             IdempotencyKey.created_at < now - limits.idempotency_ttl,
         )
     )
-    dialect = connection.dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     result = connection.execute(
-        insert(IdempotencyKey)
+        dialect_insert(connection.dialect)(IdempotencyKey)
         .values(
             company_id=company_id,
             key=key,
@@ -259,7 +252,8 @@ def push(
     """
     client_id, dataset_id, records = _envelope(body, limits=limits)
     company_id = caller.actor.company_id
-    request_hash = hashlib.sha256(body).hexdigest()
+    # only a keyed push compares bodies: hashing a 5 MiB body is not free
+    request_hash = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
     with db.read_connection() as connection:
         if idempotency_key is not None:
             replay = _replay(
@@ -315,7 +309,7 @@ def push(
         answer = Answer(status=200, body=result.model_dump_json().encode())
 
     with db.begin() as connection:
-        if idempotency_key is not None and not _claim(
+        claimed = idempotency_key is None or _claim(
             connection,
             company_id=company_id,
             key=idempotency_key,
@@ -323,10 +317,8 @@ def push(
             answer=answer,
             transaction_id=transaction_id,
             limits=limits,
-        ):
-            held = None
-        else:
-            held = answer
+        )
+        if claimed:
             connection.execute(_INSERT_TRANSACTION, [transaction])
             if not error_count:
                 insert_records(
@@ -338,17 +330,20 @@ def push(
                     schema_version=target.version,
                     ingested_at=received_at,
                 )
-    if held is None:  # another request holds the key and has committed: answer as it did
-        with db.read_connection() as connection:
-            held = _replay(
-                connection,
-                company_id=company_id,
-                key=idempotency_key or "",
-                request_hash=request_hash,
-                limits=limits,
-            )
-        assert held is not None, "a key that conflicts is held by a committed request"
-    return held
+    if claimed:
+        return answer
+    # Another request holds the key and has committed: answer as it did.
+    assert idempotency_key is not None
+    with db.read_connection() as connection:
+        replay = _replay(
+            connection,
+            company_id=company_id,
+            key=idempotency_key,
+            request_hash=request_hash,
+            limits=limits,
+        )
+    assert replay is not None, "a key that conflicts is held by a committed request"
+    return replay
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:
