@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from tests.factories import auth, create_credential, create_ingestion_client, get_token
+from tests.factories import (
+    auth,
+    create_company,
+    create_credential,
+    create_ingestion_client,
+    get_token,
+)
 
 SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-06/schema#",
@@ -96,6 +102,4 @@ def data_tenant(client: TestClient, admin: dict[str, str], company: str) -> Data
 
 @pytest.fixture
 def other_data_tenant(client: TestClient, admin: dict[str, str]) -> DataTenant:
-    from tests.factories import create_company
-
     return DataTenant(client, admin, create_company(client, admin, f"Other {uuid.uuid4().hex[:6]}"))
