@@ -134,6 +134,29 @@ _PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 
+# Members some problems add to the common ones.
+_EXTRA_EXAMPLE: dict[str, dict[str, Any]] = {
+    "422": {
+        "transaction_id": "0b7e5f9e-3c1d-4a57-9a43-1c1e9a3c2f10",
+        "error_count": 2,
+        "errors": [
+            {
+                "record": 0,
+                "path": "/amount",
+                "keyword": "type",
+                "message": '"12,50" is not of type "number"',
+            },
+            {
+                "record": 3,
+                "path": "/order_id",
+                "keyword": "required",
+                "message": '"order_id" is a required property',
+            },
+        ],
+    }
+}
+
+
 def _problem(status: str) -> dict[str, Any]:
     code, title, detail = _ERRORS[status]
     return {
@@ -148,6 +171,7 @@ def _problem(status: str) -> dict[str, Any]:
                     "detail": detail,
                     "code": code,
                     "request_id": "6c1f0e0c2b4d4e0e9a8d0f5d7f3e2a11",
+                    **_EXTRA_EXAMPLE.get(status, {}),
                 },
             }
         },
