@@ -351,3 +351,29 @@ def test_cli_registers_versions_and_shows(
     done = run_cli("datasets", "register", client_id, "bad", str(schema_file), **where)
     assert done.returncode == 1
     assert "draft-07" in done.stderr
+
+
+def test_schema_and_options_updates_refuse_bad_input(
+    client: TestClient, admin: dict[str, str], data_tenant: DataTenant
+) -> None:
+    base = f"/admin/v1/clients/{data_tenant.client_id}/datasets"
+    assert_problem(put_schema(client, admin, data_tenant.client_id, SCHEMA, "nope"), 404)
+    assert_problem(put_schema(client, admin, "no-client", SCHEMA), 404, "client_not_found")
+    assert_problem(
+        put_schema(client, admin, data_tenant.client_id, {"type": "strnig"}), 400, "invalid_schema"
+    )
+    for body in ({"options": {"invalid_rows": "skip"}}, {"options": {}, "x": 1}, {}):
+        assert_problem(client.put(f"{base}/orders/options", json=body, headers=admin), 400)
+    assert_problem(
+        client.put(f"{base}/nope/options", json={"options": {}}, headers=admin),
+        404,
+        "dataset_not_found",
+    )
+    assert_problem(
+        client.put(f"{base}/orders/options", json={"options": {}}, headers=data_tenant.headers),
+        403,
+        "insufficient_scope",
+    )
+    dataset = client.get(f"{base}/orders", headers=admin).json()
+    assert dataset["schema_version"] == 1
+    assert dataset["options"] == data_tenant.dataset["options"]
