@@ -123,9 +123,21 @@ def run_worker() -> None:
     from headwater import worker
     from headwater.runtime import build_runtime, start
 
-    runtime = build_runtime(get_settings())
+    settings = get_settings()
+    runtime = build_runtime(settings)
     start(runtime)
-    asyncio.run(worker.run_forever(runtime, asyncio.Event()))
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        await asyncio.gather(
+            worker.run_forever(runtime, stop),
+            *(
+                worker.run_files_forever(runtime, stop, slot)
+                for slot in range(max(1, settings.file_workers))
+            ),
+        )
+
+    asyncio.run(run())
 
 
 @db_app.command("upgrade")

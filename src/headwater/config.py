@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_CLAIM_MAP = {
@@ -52,6 +52,21 @@ class Settings(BaseSettings):
     rate_limit_per_second: float = Field(100.0, gt=0)
     rate_limit_burst: int = Field(200, gt=0)
 
+    upload_url_lifetime_seconds: int = Field(900, ge=60, le=7 * 86400)
+    upload_expiry_grace_seconds: int = Field(300, ge=0)
+    max_file_bytes: int = Field(5 * 1024**3, gt=0)
+    upload_signing_key: SecretStr | None = None
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    storage_notification_secret: SecretStr | None = None
+    file_batch_rows: int = Field(5000, ge=1, le=100_000)
+    file_workers: int = Field(1, ge=0, le=64)
+    file_poll_seconds: float = Field(1.0, gt=0)
+    file_job_stale_seconds: float = Field(60.0, gt=0)
+    file_job_max_attempts: int = Field(3, ge=1)
+
     auto_migrate: bool = True
     worker_enabled: bool = True
     worker_interval_seconds: float = Field(30.0, gt=0)
@@ -78,6 +93,14 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _storage_is_s3(self) -> Settings:
+        if self.storage_url is not None and (
+            not self.storage_url.startswith("s3://") or not self.s3_bucket
+        ):
+            raise ValueError("HEADWATER_STORAGE_URL must be s3://<bucket>")
+        return self
+
     @property
     def sqlalchemy_url(self) -> str:
         """The database URL SQLAlchemy uses: PostgreSQL through psycopg 3, else SQLite."""
@@ -88,6 +111,13 @@ class Settings(BaseSettings):
                     return "postgresql+psycopg://" + url[len(prefix) :]
             return url
         return f"sqlite:///{(self.data_dir / 'headwater.db').resolve()}"
+
+    @property
+    def s3_bucket(self) -> str | None:
+        """The bucket of an `s3://bucket` storage URL; None for the embedded store."""
+        if self.storage_url is None:
+            return None
+        return self.storage_url.removeprefix("s3://").split("/", 1)[0]
 
     @property
     def token_issuer(self) -> str:

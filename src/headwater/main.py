@@ -17,6 +17,8 @@ from starlette.requests import Request
 from headwater import errors, worker
 from headwater.activity import router as activity_router
 from headwater.config import Settings, get_settings
+from headwater.files import router as files_router
+from headwater.files.stores import UPLOAD_PATH
 from headwater.identity import router as identity_router
 from headwater.identity import token_router
 from headwater.identity.errors import OAuthError
@@ -50,16 +52,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.runtime = runtime
         await run_in_threadpool(start, runtime)
         stop = asyncio.Event()
-        task = (
-            asyncio.create_task(worker.run_forever(runtime, stop))
+        tasks = (
+            [asyncio.create_task(worker.run_forever(runtime, stop))]
+            + [
+                asyncio.create_task(worker.run_files_forever(runtime, stop, slot))
+                for slot in range(settings.file_workers)
+            ]
             if settings.worker_enabled
-            else None
+            else []
         )
         try:
             yield
         finally:
             stop.set()
-            if task is not None:
+            runtime.files_queued.set()
+            for task in tasks:
                 await task
             await runtime.close()
 
@@ -77,6 +84,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(identity_router.router)
     app.include_router(ingestion_router.admin)
     app.include_router(ingestion_router.router)
+    app.include_router(files_router.router)
+    app.include_router(files_router.uploads)
+    app.include_router(files_router.hooks)
     app.include_router(workflows_router.router)
     app.include_router(activity_router.router)
     app.include_router(ops_router.router)
@@ -89,7 +99,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(SQLAlchemyError, errors.handle_unexpected)
     app.add_exception_handler(Exception, errors.handle_unexpected)
 
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, exempt=(UPLOAD_PATH,)
+    )
     app.add_middleware(ObservabilityMiddleware)
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 import anyio.to_thread
 import httpx
@@ -13,6 +14,7 @@ from headwater import migrations
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.errors import is_unreachable
+from headwater.files.stores import Store, make_store
 from headwater.identity import keys as keyring
 from headwater.identity import service as identity
 from headwater.identity.tokens import TokenVerifier
@@ -27,6 +29,9 @@ class Runtime:
     db: Database
     verifier: TokenVerifier
     limiter: RateLimiter
+    store: Store
+    # Set when an upload has queued a job, so an in-process worker starts at once.
+    files_queued: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def close(self) -> None:
         await self.limiter.close()
@@ -87,7 +92,9 @@ def build_runtime(settings: Settings) -> Runtime:
         rate=settings.rate_limit_per_second,
         burst=settings.rate_limit_burst,
     )
-    return Runtime(settings=settings, db=db, verifier=verifier, limiter=limiter)
+    return Runtime(
+        settings=settings, db=db, verifier=verifier, limiter=limiter, store=make_store(settings)
+    )
 
 
 def start(runtime: Runtime) -> None:

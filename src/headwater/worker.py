@@ -7,10 +7,17 @@ run one), and must survive a database that is briefly unreachable.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
+import anyio.to_thread
 import structlog
 
+from headwater.config import Settings
+from headwater.files import processing
+from headwater.files import service as files
 from headwater.runtime import Runtime
 
 log = structlog.get_logger("headwater.worker")
@@ -25,10 +32,6 @@ async def refresh_verification_keys(runtime: Runtime) -> None:
 
 async def forget_idempotency_keys(runtime: Runtime) -> None:
     """Delete Idempotency-Key answers past their window (a stale key is ignored anyway)."""
-    from datetime import timedelta
-
-    import anyio.to_thread
-
     from headwater.ingestion.service import purge_idempotency_keys
 
     window = timedelta(seconds=runtime.settings.idempotency_ttl_seconds)
@@ -42,7 +45,28 @@ async def forget_idempotency_keys(runtime: Runtime) -> None:
         log.info("idempotency keys purged", count=purged)
 
 
-JOBS: list[Job] = [refresh_verification_keys, forget_idempotency_keys]
+async def expire_uploads(runtime: Runtime) -> None:
+    """File transactions whose upload never came, past the URL's lifetime and a grace."""
+    grace = timedelta(seconds=runtime.settings.upload_expiry_grace_seconds)
+    expired = await anyio.to_thread.run_sync(lambda: files.expire_uploads(runtime.db, grace=grace))
+    if expired:
+        log.info("uploads expired", count=expired)
+
+
+async def poll_uploads(runtime: Runtime) -> None:
+    """S3: look for pending uploads' objects, in case a notification was lost."""
+    queued = await anyio.to_thread.run_sync(files.poll_pending, runtime.db, runtime.store)
+    if queued:
+        log.info("uploads noticed by polling", count=queued)
+        runtime.files_queued.set()
+
+
+JOBS: list[Job] = [
+    refresh_verification_keys,
+    forget_idempotency_keys,
+    expire_uploads,
+    poll_uploads,
+]
 
 
 async def run_once(runtime: Runtime) -> None:
@@ -59,5 +83,49 @@ async def run_forever(runtime: Runtime, stop: asyncio.Event) -> None:
         await run_once(runtime)
         try:
             await asyncio.wait_for(stop.wait(), timeout=interval)
+        except TimeoutError:
+            continue
+
+
+def job_settings(settings: Settings) -> processing.JobSettings:
+    return processing.JobSettings(
+        batch_rows=settings.file_batch_rows,
+        stale=timedelta(seconds=settings.file_job_stale_seconds),
+        max_attempts=settings.file_job_max_attempts,
+        max_depth=settings.max_json_depth,
+    )
+
+
+def process_one(runtime: Runtime, worker: str) -> bool:
+    """Claim and process one file job; False when the queue is empty."""
+    settings = job_settings(runtime.settings)
+    job_id = processing.claim_next(runtime.db, worker=worker, settings=settings)
+    if job_id is None:
+        return False
+    try:
+        processing.run_job(runtime.db, runtime.store, job_id, worker=worker, settings=settings)
+    except Exception:
+        log.exception("file job attempt failed", job=str(job_id))
+        processing.release(runtime.db, job_id, worker=worker)
+    return True
+
+
+async def run_files_forever(runtime: Runtime, stop: asyncio.Event, slot: int = 0) -> None:
+    """Process file jobs one after another until `stop`; between jobs, wait for an upload
+    in this process (at once) or for the poll interval (uploads to other processes)."""
+    worker = f"{socket.gethostname()}:{os.getpid()}:{slot}"
+    poll = runtime.settings.file_poll_seconds
+    while not stop.is_set():
+        try:
+            worked = await anyio.to_thread.run_sync(process_one, runtime, worker)
+        except Exception as exc:
+            # the database is unreachable or busy (SQLite: another process's file)
+            log.warning("file queue unavailable", error=str(exc).splitlines()[0])
+            worked = False
+        if worked:
+            continue
+        runtime.files_queued.clear()
+        try:
+            await asyncio.wait_for(runtime.files_queued.wait(), timeout=poll)
         except TimeoutError:
             continue

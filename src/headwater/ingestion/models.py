@@ -79,6 +79,8 @@ class Transaction(Base):
     content_type: Mapped[str | None] = mapped_column(String(64), default=None)
     author_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    uploaded_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
 

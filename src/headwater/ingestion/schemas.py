@@ -183,6 +183,12 @@ class TransactionRead(Output):
     file_size: int | None
     content_type: str | None
     created_at: Timestamp
+    uploaded_at: Timestamp | None = Field(
+        None, description="Files: when the upload was complete and noticed."
+    )
+    started_at: Timestamp | None = Field(
+        None, description="Files: when a worker last started processing the file."
+    )
     completed_at: Timestamp | None
 
 

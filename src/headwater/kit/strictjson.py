@@ -142,3 +142,32 @@ def loads(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         except orjson.JSONEncodeError:
             raise StrictJSONError("a string holds a lone UTF-16 surrogate") from None
     return value
+
+
+_SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def raw_decode(text: str, pos: int, *, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
+    """The strict JSON value that starts at `text[pos]` and the index where it ends.
+
+    Raises StrictJSONError for what `loads` refuses, and json.JSONDecodeError when the
+    text there is not JSON at all (or is cut short: the caller may read on and retry).
+    """
+    try:
+        value, end = _decoder.raw_decode(text, pos)
+    except RecursionError:
+        raise StrictJSONError(f"nesting is deeper than {max_depth} levels") from None
+    except StrictJSONError:
+        raise
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        raise StrictJSONError(str(exc)) from None
+    if isinstance(value, dict | list) and depth(value, stop_after=max_depth) > max_depth:
+        raise StrictJSONError(f"nesting is deeper than {max_depth} levels")
+    if _SURROGATE_TEXT.search(text, pos, end):
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            raise StrictJSONError("a string holds a lone UTF-16 surrogate") from None
+    return value, end

@@ -86,12 +86,14 @@ class BodyLimitMiddleware:
     without one (chunked) is counted as it arrives and refused when it passes the limit.
     """
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int, exempt: tuple[str, ...] = ()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # paths whose route streams its body under its own limit (file uploads)
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"].startswith(self.exempt):
             await self.app(scope, receive, send)
             return
         limit = self.max_bytes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import structlog
 import swagger_ui_bundle
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
@@ -14,6 +15,8 @@ from fastapi.staticfiles import StaticFiles
 from headwater.deps import RuntimeDep
 from headwater.errors import ServiceUnavailable, is_unreachable
 from headwater.ops import metrics as prom
+
+log = structlog.get_logger("headwater.ops")
 
 router = APIRouter(tags=["operations"])
 
@@ -33,7 +36,7 @@ async def healthz() -> dict[str, str]:
     responses={503: {"description": "A dependency cannot be reached; `Retry-After` is set."}},
 )
 async def readyz(runtime: RuntimeDep) -> dict[str, object]:
-    """Ready to serve: the database answers."""
+    """Ready to serve: the database answers and the file store can be reached."""
     try:
         await run_in_threadpool(runtime.db.ping)
     except Exception as exc:
@@ -42,9 +45,18 @@ async def readyz(runtime: RuntimeDep) -> dict[str, object]:
         raise ServiceUnavailable(
             "The database cannot be reached.",
             headers={"Retry-After": "5"},
-            extra={"checks": {"database": "unreachable"}},
+            extra={"checks": {"database": "unreachable", "storage": "unknown"}},
         ) from None
-    return {"status": "ready", "checks": {"database": "ok"}}
+    try:
+        await run_in_threadpool(runtime.store.ping)
+    except Exception as exc:
+        log.warning("file store unreachable", error=str(exc).splitlines()[0])
+        raise ServiceUnavailable(
+            "The file store cannot be reached.",
+            headers={"Retry-After": "5"},
+            extra={"checks": {"database": "ok", "storage": "unreachable"}},
+        ) from None
+    return {"status": "ready", "checks": {"database": "ok", "storage": "ok"}}
 
 
 @router.get(

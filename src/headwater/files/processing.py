@@ -1,0 +1,318 @@
+"""The durable file-processing queue: claim a job, process its file once, or fail it.
+
+A job is claimed in a short transaction (attempts + 1, `running`), then processed in one
+long database transaction that first locks the job's row: every record, quarantined row
+and the transaction's outcome commit together, or nothing does. A worker killed
+mid-file loses its connection, its transaction rolls back and its lock goes; the job is
+taken over once `file_job_stale_seconds` have passed since its claim, and runs again
+from the start: the result is as if it ran once. On PostgreSQL, `FOR UPDATE SKIP
+LOCKED` lets several workers share the queue without ever holding one job together;
+SQLite has one writer at a time, so its workers take turns.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy import Connection, and_, insert, or_, select, update
+
+from headwater.db import Database
+from headwater.files import parsers
+from headwater.files.models import DONE, QUEUED, RUNNING, FileJob, FileUpload, QuarantinedRow
+from headwater.files.stores import Store
+from headwater.ingestion import datasets, validation
+from headwater.ingestion.models import Dataset, Transaction
+from headwater.ingestion.repository import insert_records
+from headwater.kit.clock import utcnow_ms
+
+log = structlog.get_logger("headwater.files")
+
+MAX_ROW_ERRORS = 20  # errors kept with one quarantined row
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    batch_rows: int
+    stale: timedelta
+    max_attempts: int
+    max_depth: int
+
+
+class Tally:
+    """Counts of one file's rows, and the first errors with their record and line."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.accepted = 0
+        self.rejected = 0
+        self.error_count = 0
+        self.errors: list[dict[str, Any]] = []
+
+    def invalid(self, record: int, line: int, errors: Sequence[dict[str, Any]]) -> None:
+        self.rejected += 1
+        self.error_count += len(errors)
+        room = validation.MAX_LISTED_ERRORS - len(self.errors)
+        for error in errors[: max(room, 0)]:
+            self.errors.append({"record": record, "line": line, **error})
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "records_received": self.received,
+            "records_accepted": self.accepted,
+            "records_rejected": self.rejected,
+            "error_count": self.error_count,
+            "errors": self.errors,
+        }
+
+
+# --- claiming ---------------------------------------------------------------------------------
+
+
+def claim_next(db: Database, *, worker: str, settings: JobSettings) -> uuid.UUID | None:
+    """Take the oldest job that is queued, or running under a claim gone stale (its
+    worker died); None when there is none. A job past its attempts fails instead."""
+    while True:
+        now = utcnow_ms()
+        with db.begin() as connection:
+            row = connection.execute(
+                select(FileJob.id, FileJob.attempts, FileJob.file_id)
+                .where(
+                    or_(
+                        FileJob.state == QUEUED,
+                        and_(FileJob.state == RUNNING, FileJob.claimed_at < now - settings.stale),
+                    )
+                )
+                .order_by(FileJob.created_at)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            ).one_or_none()
+            if row is None:
+                return None
+            transaction_id = (
+                select(FileUpload.transaction_id)
+                .where(FileUpload.id == row.file_id)
+                .scalar_subquery()
+            )
+            if row.attempts >= settings.max_attempts:
+                _finish(connection, row.id, now=now)
+                connection.execute(
+                    update(Transaction)
+                    .where(Transaction.id == transaction_id)
+                    .values(
+                        status="failed",
+                        completed_at=now,
+                        error_count=1,
+                        errors=[_file_error(0, 0, f"processing failed {row.attempts} times")],
+                    )
+                )
+                log.error("file job failed for good", job=str(row.id), attempts=row.attempts)
+                continue
+            connection.execute(
+                update(FileJob)
+                .where(FileJob.id == row.id)
+                .values(state=RUNNING, claimed_by=worker, claimed_at=now, attempts=row.attempts + 1)
+            )
+            connection.execute(
+                update(Transaction).where(Transaction.id == transaction_id).values(started_at=now)
+            )
+            return uuid.UUID(str(row.id))
+
+
+def release(db: Database, job_id: uuid.UUID, *, worker: str) -> None:
+    """After a failed attempt: queue the job again at once (its attempts are counted)."""
+    with db.begin() as connection:
+        connection.execute(
+            update(FileJob)
+            .where(FileJob.id == job_id, FileJob.claimed_by == worker, FileJob.state == RUNNING)
+            .values(state=QUEUED, claimed_by=None)
+        )
+
+
+def _finish(connection: Connection, job_id: Any, *, now: Any) -> None:
+    connection.execute(
+        update(FileJob).where(FileJob.id == job_id).values(state=DONE, finished_at=now)
+    )
+
+
+def _file_error(record: int, line: int, message: str) -> dict[str, Any]:
+    return {"record": record, "line": line, "path": "", "keyword": "file", "message": message}
+
+
+# --- processing -------------------------------------------------------------------------------
+
+
+def run_job(
+    db: Database, store: Store, job_id: uuid.UUID, *, worker: str, settings: JobSettings
+) -> bool:
+    """Process a claimed job's file; False if another worker holds it now."""
+    with db.begin() as connection:
+        job = connection.execute(
+            select(FileJob.file_id)
+            .where(FileJob.id == job_id, FileJob.claimed_by == worker, FileJob.state == RUNNING)
+            .with_for_update(skip_locked=True)
+        ).one_or_none()
+        if job is None:
+            return False
+        upload = connection.execute(
+            select(FileUpload.transaction_id, FileUpload.object_key, FileUpload.content_type).where(
+                FileUpload.id == job.file_id
+            )
+        ).one()
+        transaction = connection.execute(
+            select(Transaction.company_id, Transaction.dataset_pk).where(
+                Transaction.id == upload.transaction_id
+            )
+        ).one()
+        dataset = connection.execute(
+            select(Dataset.id, Dataset.schema_version, Dataset.options).where(
+                Dataset.id == transaction.dataset_pk
+            )
+        ).one()
+        file = _File(
+            connection,
+            transaction_id=upload.transaction_id,
+            company_id=transaction.company_id,
+            dataset_pk=dataset.id,
+            version=dataset.schema_version,
+            quarantine=dataset.options.get("invalid_rows") == "quarantine",
+            batch_rows=settings.batch_rows,
+        )
+        check = datasets.compiled(
+            connection,
+            dataset_pk=dataset.id,
+            version=dataset.schema_version,
+            options=dataset.options,
+            coerce=True,
+        )
+        with store.open(upload.object_key) as stream:
+            outcome = file.process(
+                parsers.rows(stream, upload.content_type, max_depth=settings.max_depth), check
+            )
+        now = utcnow_ms()
+        connection.execute(
+            update(Transaction)
+            .where(Transaction.id == upload.transaction_id)
+            .values(
+                status=outcome,
+                schema_version=dataset.schema_version,
+                completed_at=now,
+                **file.tally.columns(),
+            )
+        )
+        _finish(connection, job_id, now=now)
+    log.info(
+        "file processed",
+        transaction_id=str(upload.transaction_id),
+        status=outcome,
+        received=file.tally.received,
+        accepted=file.tally.accepted,
+        rejected=file.tally.rejected,
+    )
+    return True
+
+
+class _File:
+    """One file's rows on their way into the database, inside the caller's transaction."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        transaction_id: uuid.UUID,
+        company_id: uuid.UUID,
+        dataset_pk: uuid.UUID,
+        version: int,
+        quarantine: bool,
+        batch_rows: int,
+    ) -> None:
+        self.connection = connection
+        self.transaction_id = transaction_id
+        self.company_id = company_id
+        self.dataset_pk = dataset_pk
+        self.version = version
+        self.quarantine = quarantine
+        self.batch_rows = batch_rows
+        self.tally = Tally()
+        self.ingested_at = utcnow_ms()
+        self.records: list[dict[str, Any]] = []
+        self.held: list[dict[str, Any]] = []
+
+    def process(self, rows: Any, check: datasets.Compiled) -> str:
+        """Store every valid row (in batches) and handle the invalid ones by the dataset's
+        policy; answers the transaction's status. Nothing is stored for a rejected file."""
+        savepoint = self.connection.begin_nested()
+        normalise, is_valid = check.normaliser, check.validator.is_valid
+        records, batch_rows, tally = self.records, self.batch_rows, self.tally
+        rejecting = False
+        index = -1
+        try:
+            for index, row in enumerate(rows):
+                data = row.data
+                if data is not None:
+                    cleaned = normalise(data)
+                    if is_valid(cleaned):
+                        if not rejecting:
+                            records.append(cleaned)
+                            if len(records) >= batch_rows:
+                                self._flush()
+                        continue
+                    errors = list(validation.errors_of(check.validator, cleaned))
+                else:
+                    errors = [{"path": "", "keyword": row.keyword, "message": row.message}]
+                tally.invalid(index, row.line, errors)
+                if self.quarantine:
+                    self.held.append(
+                        {
+                            "company_id": self.company_id,
+                            "dataset_pk": self.dataset_pk,
+                            "transaction_id": self.transaction_id,
+                            "line": row.line,
+                            "record": index,
+                            "data": data,
+                            "raw": row.raw,
+                            "errors": errors[:MAX_ROW_ERRORS],
+                        }
+                    )
+                    if len(self.held) >= batch_rows:
+                        self._flush()
+                elif not rejecting:
+                    rejecting = True
+                    records.clear()
+        except parsers.FileUnreadable as exc:
+            savepoint.rollback()
+            tally.received = index + 1
+            tally.accepted = 0
+            tally.error_count += 1
+            tally.errors.insert(0, _file_error(index + 1, exc.line, exc.message))
+            del tally.errors[validation.MAX_LISTED_ERRORS :]
+            return "rejected"
+        tally.received = index + 1
+        if rejecting:
+            savepoint.rollback()
+            tally.accepted = 0
+            return "rejected"
+        self._flush()
+        savepoint.commit()
+        return "completed"
+
+    def _flush(self) -> None:
+        if self.records:
+            insert_records(
+                self.connection,
+                self.records,
+                company_id=self.company_id,
+                dataset_pk=self.dataset_pk,
+                transaction_id=self.transaction_id,
+                schema_version=self.version,
+                ingested_at=self.ingested_at,
+            )
+            self.tally.accepted += len(self.records)
+            self.records.clear()
+        if self.held:
+            self.connection.execute(insert(QuarantinedRow), self.held)
+            self.held.clear()

@@ -1,0 +1,162 @@
+"""File upload URLs and quarantine under /platform/v1, the embedded store's signed PUT
+under /uploads, and S3 bucket notifications under /hooks/v1."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Path, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from headwater.deps import DataRead, DataWrite, ReadSessionDep, RuntimeDep, SessionDep
+from headwater.errors import MalformedJSON, NotFound
+from headwater.files import service
+from headwater.files.schemas import QuarantinedRowRead, QuarantineQuery, UploadUrl, UploadUrlQuery
+from headwater.files.stores import UPLOAD_PATH, EmbeddedStore
+from headwater.ingestion.schemas import TransactionRead
+from headwater.ingestion.service import get_transaction, transaction_view
+from headwater.kit.pagination import Page
+from headwater.kit.responses import json_response
+
+router = APIRouter(prefix="/platform/v1", tags=["data"])
+uploads = APIRouter(tags=["upload (embedded store)"])
+hooks = APIRouter(prefix="/hooks/v1", tags=["storage notifications"])
+
+TransactionIdPath = Annotated[uuid.UUID, Path(description="Transaction id.")]
+
+
+@router.get(
+    "/data/file_upload_url",
+    response_model=UploadUrl,
+    responses={
+        403: {"description": "The token may not use this ingestion client (or it does not exist)."},
+        404: {"description": "The client has no such dataset."},
+        415: {"description": "`content_type` is not text/csv, application/json or NDJSON."},
+    },
+)
+def file_upload_url(
+    query: Annotated[UploadUrlQuery, Query()],
+    session: SessionDep,
+    caller: DataWrite,
+    runtime: RuntimeDep,
+) -> object:
+    """A URL to PUT one file to, and the transaction that follows its processing.
+
+    Send the file with `method` and `headers` to `upload_url` before `expires_at`. The
+    platform notices the upload by itself and processes the file in the background:
+    follow `GET /platform/v1/transactions/{transaction_id}` from `awaiting_upload` through
+    `processing` to `completed`, `rejected` or `failed` (or `expired` if nothing came).
+    """
+    answer = service.create_upload_url(
+        session, caller, query, store=runtime.store, settings=runtime.settings
+    )
+    return json_response(answer)
+
+
+@router.get(
+    "/transactions/{transaction_id}/quarantine",
+    response_model=Page[QuarantinedRowRead],
+    responses={404: {"description": "No such file transaction for this token."}},
+)
+def list_quarantine(
+    transaction_id: TransactionIdPath,
+    query: Annotated[QuarantineQuery, Query()],
+    session: ReadSessionDep,
+    caller: DataRead,
+) -> object:
+    """Rows of a file that failed validation under the `quarantine` policy, with their
+    errors, in file order."""
+    rows, total = service.quarantined(session, caller, transaction_id, query)
+    items = [QuarantinedRowRead.model_validate(r) for r in rows]
+    return json_response(Page[QuarantinedRowRead].of(items, params=query, total=total))
+
+
+@router.post(
+    "/transactions/{transaction_id}/resubmit",
+    response_model=TransactionRead,
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        404: {"description": "No such file transaction for this token."},
+        409: {"description": "The transaction has no open quarantined rows."},
+    },
+)
+def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: RuntimeDep) -> object:
+    """Validate the open quarantined rows again, against the dataset's current schema, in
+    a new transaction: rows that pass are stored; the others move to the new transaction
+    with their new errors. Answers the new transaction."""
+    new_id = service.resubmit(runtime.db, caller, transaction_id)
+    with runtime.db.read_session() as session:
+        transaction = get_transaction(session, caller, new_id)
+        return json_response(transaction_view(transaction), status_code=201)
+
+
+@uploads.put(
+    UPLOAD_PATH + "{key}",
+    status_code=200,
+    response_class=Response,
+    responses={
+        200: {"description": "Stored; the `ETag` header holds the body's MD5."},
+        403: {
+            "description": "Refused: a changed signature, path or query, an expired URL, "
+            "a `Content-Type` other than the signed one, or a URL already used."
+        },
+        404: {"description": "This service uses an S3 store; PUT to its presigned URL."},
+        413: {"description": "The body is over the signed size limit."},
+    },
+)
+async def put_upload(
+    key: Annotated[str, Path(description="The file's key, from the upload URL.")],
+    request: Request,
+    runtime: RuntimeDep,
+    expires: Annotated[str | None, Query(description="Signed expiry (Unix time).")] = None,
+    max_bytes: Annotated[str | None, Query(description="Signed size limit.")] = None,
+    signature: Annotated[str | None, Query(description="HMAC-SHA256 signature.")] = None,
+) -> Response:
+    """The embedded store's signed PUT (the `upload_url` of an upload URL): the body is
+    the file. Answers as a store does: 200 with an `ETag`, no body."""
+    store = runtime.store
+    if not isinstance(store, EmbeddedStore):
+        raise NotFound("This service stores files in S3; use the upload_url it gave you.")
+    put = service.SignedPut(
+        key=key,
+        expires=expires,
+        max_bytes=max_bytes,
+        signature=signature,
+        content_type=request.headers.get("content-type"),
+        content_length=request.headers.get("content-length"),
+    )
+    etag = await service.receive_upload(runtime.db, store, put, request.stream())
+    runtime.files_queued.set()
+    return Response(status_code=200, headers={"ETag": f'"{etag}"'})
+
+
+@hooks.post(
+    "/storage/events",
+    responses={
+        401: {"description": "The notification secret is missing or wrong."},
+        400: {"description": "The body is not JSON."},
+    },
+)
+async def storage_events(
+    request: Request,
+    runtime: RuntimeDep,
+    authorization: Annotated[
+        str | None,
+        Header(description="`Bearer <HEADWATER_STORAGE_NOTIFICATION_SECRET>`."),
+    ] = None,
+) -> dict[str, Any]:
+    """S3 bucket notifications (`{"Records": [{"eventName": "ObjectCreated:Put", "s3":
+    {...}}]}`). Each new object of a pending upload is checked (size, content type) and
+    queued once; notifications may repeat: a repeat queues nothing."""
+    service.check_notification_secret(runtime.settings, authorization)
+    try:
+        event = orjson.loads(await request.body())
+    except orjson.JSONDecodeError:
+        raise MalformedJSON("The notification body is not JSON.") from None
+    queued = await run_in_threadpool(service.handle_notification, runtime.db, runtime.store, event)
+    if queued:
+        runtime.files_queued.set()
+    return {"queued": queued}

@@ -1,0 +1,78 @@
+"""File ingestion API models (contract section 4: upload URL, upload, quarantine)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StringConstraints
+
+from headwater.identity.schemas import ClientId
+from headwater.ingestion.schemas import DatasetId
+from headwater.kit.clock import Timestamp
+from headwater.kit.pagination import PageQuery
+from headwater.kit.schemas import Input, Output
+
+FileName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$"),
+    Field(
+        description=(
+            "The file's name, 1-255 characters without control characters: metadata only, "
+            "shown on the transaction; it never names anything in the store."
+        ),
+        examples=["orders-2026-11.csv"],
+    ),
+]
+
+
+class UploadUrlQuery(Input):
+    client_id: ClientId
+    dataset_id: DatasetId
+    file_name: FileName
+    content_type: str = Field(
+        description=(
+            "`text/csv` (a header row, then one record a row), `application/json` (an "
+            "array of records, or one record) or `application/x-ndjson` (one record a "
+            "line). Any of them may be gzip-compressed (recognised by its content). "
+            "Others: 415."
+        ),
+        examples=["text/csv"],
+    )
+
+
+class UploadUrl(Output):
+    upload_url: str = Field(
+        description="PUT the file here, with `headers`, before `expires_at`.",
+        examples=[
+            "http://127.0.0.1:8000/uploads/0f6f...?expires=1795000000&max_bytes=5368709120"
+            "&signature=9a1c..."
+        ],
+    )
+    method: Literal["PUT"] = "PUT"
+    headers: dict[str, str] = Field(examples=[{"Content-Type": "text/csv"}])
+    transaction_id: uuid.UUID = Field(description="Follow the file's processing here.")
+    file_id: uuid.UUID
+    expires_at: Timestamp
+    expires_in: int = Field(description="Seconds until the URL expires.", examples=[900])
+
+
+class QuarantinedRowRead(Output):
+    line: int = Field(description="Line of the file where the row starts.")
+    record: int = Field(description="Index of the record in the file (from 0).")
+    data: dict[str, Any] | None = Field(
+        description="The record as read from the file (null when the row is not a record)."
+    )
+    raw: str | None = Field(description="The row's text, when it could not become a record.")
+    errors: list[dict[str, Any]] = Field(
+        examples=[[{"path": "/amount", "keyword": "type", "message": '"x" is not a number'}]]
+    )
+    resolved_by: uuid.UUID | None = Field(
+        description="The re-submission's transaction that stored this row, if any."
+    )
+
+
+class QuarantineQuery(PageQuery):
+    status: Literal["open", "resolved", "all"] = Field(
+        "open", description="`open`: rows not yet stored (default); `resolved`; `all`."
+    )

@@ -1,0 +1,553 @@
+"""File use cases: hand out upload URLs, receive embedded uploads, notice S3 uploads,
+expire what never arrived, list and re-submit quarantined rows."""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import unquote_plus
+
+import anyio.to_thread
+import structlog
+from sqlalchemy import Connection, select, update
+from sqlalchemy.orm import Session
+
+from headwater.config import Settings
+from headwater.db import Database, dialect_insert
+from headwater.files import parsers
+from headwater.files.errors import (
+    BadNotificationSecret,
+    FileTooLarge,
+    NothingToResubmit,
+    UnsupportedFileType,
+    UploadRefused,
+)
+from headwater.files.models import (
+    EXPIRED,
+    PENDING,
+    QUEUED,
+    RECEIVING,
+    REFUSED,
+    UPLOADED,
+    FileJob,
+    FileUpload,
+    QuarantinedRow,
+)
+from headwater.files.processing import MAX_ROW_ERRORS, Tally
+from headwater.files.schemas import QuarantineQuery, UploadUrl, UploadUrlQuery
+from headwater.files.stores import EmbeddedStore, Incoming, Store
+from headwater.identity.tokens import Principal
+from headwater.ingestion import datasets, validation
+from headwater.ingestion.errors import TransactionNotFound
+from headwater.ingestion.models import Dataset, Transaction
+from headwater.ingestion.repository import insert_records
+from headwater.ingestion.service import get_transaction
+from headwater.kit.clock import utcnow, utcnow_ms
+from headwater.kit.pagination import paginate
+
+log = structlog.get_logger("headwater.files")
+
+WRITE_PIECE = 1024 * 1024  # PUT bodies reach the disk in pieces of this size
+
+
+# --- upload URL -------------------------------------------------------------------------------
+
+
+def create_upload_url(
+    session: Session, caller: Principal, query: UploadUrlQuery, *, store: Store, settings: Settings
+) -> UploadUrl:
+    """A file transaction in `awaiting_upload` and the URL its file goes to."""
+    content_type = query.content_type.split(";", 1)[0].strip().lower()
+    if content_type not in parsers.CONTENT_TYPES:
+        raise UnsupportedFileType(query.content_type)
+    datasets.usable_client(session, caller, query.client_id)
+    dataset = datasets.find(session, client_id=query.client_id, dataset_id=query.dataset_id)
+    now = utcnow_ms()
+    lifetime = settings.upload_url_lifetime_seconds
+    expires_at = now + timedelta(seconds=lifetime)
+    transaction = Transaction(
+        id=uuid.uuid4(),
+        company_id=dataset.company_id,
+        dataset_pk=dataset.id,
+        client_id=dataset.client_id,
+        dataset_id=dataset.dataset_id,
+        kind="file",
+        status="awaiting_upload",
+        schema_version=None,
+        records_received=0,
+        records_accepted=0,
+        records_rejected=0,
+        error_count=0,
+        errors=[],
+        file_name=query.file_name,
+        content_type=content_type,
+        author_id=caller.author_id,
+        created_at=now,
+    )
+    file_id = uuid.uuid4()
+    key = store.object_key(company_id=dataset.company_id, file_id=file_id)
+    session.add(transaction)
+    session.flush()
+    session.add(
+        FileUpload(
+            id=file_id,
+            transaction_id=transaction.id,
+            company_id=dataset.company_id,
+            bucket=store.bucket,
+            object_key=key,
+            content_type=content_type,
+            max_bytes=settings.max_file_bytes,
+            state=PENDING,
+            expires_at=expires_at,
+            created_at=now,
+        )
+    )
+    url = store.upload_url(
+        key=key, content_type=content_type, max_bytes=settings.max_file_bytes, expires_at=expires_at
+    )
+    session.commit()
+    return UploadUrl(
+        upload_url=url,
+        headers={"Content-Type": content_type},
+        transaction_id=transaction.id,
+        file_id=file_id,
+        expires_at=expires_at,
+        expires_in=lifetime,
+    )
+
+
+# --- noticing an upload -----------------------------------------------------------------------
+
+
+def _mark_uploaded(
+    connection: Connection, upload: Any, *, size: int, etag: str, from_states: Sequence[str]
+) -> bool:
+    """Move an upload to `uploaded`, its transaction to `processing`, and queue its job;
+    False if the upload was no longer in one of `from_states` (someone else moved it)."""
+    now = utcnow_ms()
+    moved = connection.execute(
+        update(FileUpload)
+        .where(FileUpload.id == upload.id, FileUpload.state.in_(from_states))
+        .values(state=UPLOADED, size=size, etag=etag, uploaded_at=now)
+    ).rowcount
+    if not moved:
+        return False
+    connection.execute(
+        update(Transaction)
+        .where(Transaction.id == upload.transaction_id)
+        .values(status="processing", file_size=size, uploaded_at=now)
+    )
+    connection.execute(
+        dialect_insert(connection.dialect)(FileJob)
+        .values(
+            id=uuid.uuid4(),
+            file_id=upload.id,
+            bucket=upload.bucket,
+            object_key=upload.object_key,
+            etag=etag,
+            state=QUEUED,
+            attempts=0,
+            created_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["bucket", "object_key", "etag"])
+    )
+    return True
+
+
+def _refuse(connection: Connection, upload: Any, *, size: int | None, message: str) -> None:
+    """The object arrived but will not be processed: the transaction is `rejected`."""
+    now = utcnow_ms()
+    moved = connection.execute(
+        update(FileUpload)
+        .where(FileUpload.id == upload.id, FileUpload.state == PENDING)
+        .values(state=REFUSED, size=size, uploaded_at=now)
+    ).rowcount
+    if moved:
+        error = {"record": 0, "line": 0, "path": "", "keyword": "file", "message": message}
+        connection.execute(
+            update(Transaction)
+            .where(Transaction.id == upload.transaction_id)
+            .values(
+                status="rejected",
+                file_size=size,
+                uploaded_at=now,
+                completed_at=now,
+                error_count=1,
+                errors=[error],
+            )
+        )
+
+
+_UPLOAD_COLUMNS = (
+    FileUpload.id,
+    FileUpload.transaction_id,
+    FileUpload.bucket,
+    FileUpload.object_key,
+    FileUpload.content_type,
+    FileUpload.max_bytes,
+    FileUpload.state,
+    FileUpload.expires_at,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SignedPut:
+    """What an embedded PUT carries: its key, query and headers as received."""
+
+    key: str
+    expires: str | None
+    max_bytes: str | None
+    signature: str | None
+    content_type: str | None
+    content_length: str | None
+
+
+def _check_put(db: Database, store: EmbeddedStore, put: SignedPut) -> Any:
+    """The upload a PUT may fill, now `receiving`; else 403 (or 413) saying why."""
+    if not (put.expires and put.max_bytes and put.signature):
+        raise UploadRefused("The URL lacks its expires, max_bytes or signature parameter.")
+    if not (put.expires.isdigit() and put.max_bytes.isdigit()):
+        raise UploadRefused("The URL's signature does not match.")
+    try:
+        file_id = uuid.UUID(hex=put.key)
+    except ValueError:
+        raise UploadRefused("The URL's signature does not match.") from None
+    with db.read_connection() as connection:
+        upload = connection.execute(
+            select(*_UPLOAD_COLUMNS).where(FileUpload.id == file_id, FileUpload.bucket == "")
+        ).one_or_none()
+    expected = (
+        store.signature(
+            key=put.key,
+            expires=int(put.expires),
+            content_type=upload.content_type,
+            max_bytes=int(put.max_bytes),
+        )
+        if upload is not None
+        else ""
+    )
+    if upload is None or not hmac.compare_digest(expected, put.signature):
+        raise UploadRefused("The URL's signature does not match.")
+    if int(put.expires) < utcnow().timestamp():
+        raise UploadRefused("The upload URL has expired; ask for a new one.")
+    given = (put.content_type or "").split(";", 1)[0].strip().lower()
+    if given != upload.content_type:
+        raise UploadRefused(
+            f"Content-Type {put.content_type or '(none)'!r} is not the signed "
+            f"{upload.content_type!r}."
+        )
+    declared = put.content_length
+    if declared is not None and declared.isdigit() and int(declared) > int(put.max_bytes):
+        raise FileTooLarge(f"The file is larger than the limit of {put.max_bytes} bytes.")
+    with db.begin() as connection:
+        taken = connection.execute(
+            update(FileUpload)
+            .where(FileUpload.id == file_id, FileUpload.state == PENDING)
+            .values(state=RECEIVING)
+        ).rowcount
+    if not taken:
+        raise UploadRefused("This upload URL has been used or is no longer valid.")
+    return upload
+
+
+def _release(db: Database, file_id: uuid.UUID) -> None:
+    """After a failed PUT, the URL may be used again (until it expires)."""
+    try:
+        with db.begin() as connection:
+            connection.execute(
+                update(FileUpload)
+                .where(FileUpload.id == file_id, FileUpload.state == RECEIVING)
+                .values(state=PENDING)
+            )
+    except Exception:
+        log.exception("could not release an upload after a failed PUT", file_id=str(file_id))
+
+
+async def receive_upload(
+    db: Database, store: EmbeddedStore, put: SignedPut, body: AsyncIterator[bytes]
+) -> str:
+    """Stream a PUT body to the embedded store; answers the object's ETag.
+
+    The body reaches the disk in pieces (never whole in memory), is fsynced and renamed
+    into place only when complete and within the limit; anything else leaves nothing.
+    """
+    upload = await anyio.to_thread.run_sync(_check_put, db, store, put)
+    limit = int(put.max_bytes or 0)
+    incoming: Incoming | None = None
+    try:
+        incoming = await anyio.to_thread.run_sync(store.incoming_file, put.key)
+        pending: list[bytes] = []
+        held = 0
+        async for chunk in body:
+            if incoming.size + held + len(chunk) > limit:
+                raise FileTooLarge(f"The file is larger than the limit of {limit} bytes.")
+            pending.append(chunk)
+            held += len(chunk)
+            if held >= WRITE_PIECE:
+                await anyio.to_thread.run_sync(incoming.write, b"".join(pending))
+                pending, held = [], 0
+        if pending:
+            await anyio.to_thread.run_sync(incoming.write, b"".join(pending))
+        await anyio.to_thread.run_sync(incoming.commit)
+    except BaseException:
+        if incoming is not None:
+            await anyio.to_thread.run_sync(incoming.discard)
+        await anyio.to_thread.run_sync(_release, db, upload.id)
+        raise
+    size, etag = incoming.size, incoming.etag
+
+    def record() -> bool:
+        with db.begin() as connection:
+            return _mark_uploaded(connection, upload, size=size, etag=etag, from_states=[RECEIVING])
+
+    try:
+        recorded = await anyio.to_thread.run_sync(record)
+    except BaseException:
+        await anyio.to_thread.run_sync(store.delete, put.key)
+        await anyio.to_thread.run_sync(_release, db, upload.id)
+        raise
+    if not recorded:  # expired by the sweeper while the body was arriving
+        await anyio.to_thread.run_sync(store.delete, put.key)
+        raise UploadRefused("The upload URL has expired; ask for a new one.")
+    return etag
+
+
+def notice_object(db: Database, store: Store, *, bucket: str, key: str) -> bool:
+    """An object may have arrived at `key` (a notification or the poller says so): queue
+    its processing once, or refuse it if it is over the size limit or of another type.
+    True if this call queued or refused it; a repeated notice does nothing."""
+    with db.read_connection() as connection:
+        upload = connection.execute(
+            select(*_UPLOAD_COLUMNS).where(
+                FileUpload.bucket == bucket, FileUpload.object_key == key
+            )
+        ).one_or_none()
+    if upload is None or upload.state != PENDING:
+        return False
+    info = store.head(key)
+    if info is None:
+        return False
+    given = (info.content_type or "").split(";", 1)[0].strip().lower()
+    with db.begin() as connection:
+        if info.size > upload.max_bytes:
+            _refuse(
+                connection,
+                upload,
+                size=info.size,
+                message=f"the file is {info.size} bytes; the limit is {upload.max_bytes}",
+            )
+            store.delete(key)
+            return True
+        if info.content_type is not None and given != upload.content_type:
+            _refuse(
+                connection,
+                upload,
+                size=info.size,
+                message=f"the file was stored as {info.content_type!r}, "
+                f"not the signed {upload.content_type!r}",
+            )
+            return True
+        return _mark_uploaded(
+            connection, upload, size=info.size, etag=info.etag, from_states=[PENDING]
+        )
+
+
+def check_notification_secret(settings: Settings, authorization: str | None) -> None:
+    secret = settings.storage_notification_secret
+    given = (authorization or "").removeprefix("Bearer ").strip()
+    expected = secret.get_secret_value().encode() if secret is not None else b""
+    if not expected or not hmac.compare_digest(given.encode(), expected):
+        raise BadNotificationSecret("The notification secret is missing or wrong.")
+
+
+def handle_notification(db: Database, store: Store, event: Any) -> int:
+    """An S3 event (`{"Records": [...]}`): notice each object created in our bucket.
+    Answers how many uploads it queued (or refused); repeats count nothing."""
+    records = event.get("Records") if isinstance(event, dict) else None
+    noticed = 0
+    for item in records if isinstance(records, list) else []:
+        if not isinstance(item, dict) or not str(item.get("eventName", "")).startswith(
+            "ObjectCreated"
+        ):
+            continue
+        s3 = item.get("s3") or {}
+        bucket = str((s3.get("bucket") or {}).get("name", ""))
+        key = unquote_plus(str((s3.get("object") or {}).get("key", "")))
+        if bucket == store.bucket and key:
+            noticed += notice_object(db, store, bucket=bucket, key=key)
+    return noticed
+
+
+def poll_pending(db: Database, store: Store, *, limit: int = 100) -> int:
+    """Look for objects of pending S3 uploads (in case a notification never came)."""
+    if not store.bucket:
+        return 0
+    with db.read_connection() as connection:
+        keys = connection.scalars(
+            select(FileUpload.object_key)
+            .where(
+                FileUpload.bucket == store.bucket,
+                FileUpload.state == PENDING,
+                FileUpload.expires_at > utcnow() - timedelta(hours=1),
+            )
+            .order_by(FileUpload.created_at)
+            .limit(limit)
+        ).all()
+    return sum(notice_object(db, store, bucket=store.bucket, key=key) for key in keys)
+
+
+def expire_uploads(db: Database, *, grace: timedelta, limit: int = 500) -> int:
+    """Uploads that never arrived, past their URL's lifetime and `grace`: `expired`."""
+    cutoff = utcnow() - grace
+    with db.begin() as connection:
+        rows = connection.execute(
+            select(FileUpload.id, FileUpload.transaction_id)
+            .where(FileUpload.state.in_([PENDING, RECEIVING]), FileUpload.expires_at < cutoff)
+            .limit(limit)
+        ).all()
+        now = utcnow_ms()
+        expired = 0
+        for row in rows:
+            moved = connection.execute(
+                update(FileUpload)
+                .where(FileUpload.id == row.id, FileUpload.state.in_([PENDING, RECEIVING]))
+                .values(state=EXPIRED)
+            ).rowcount
+            if moved:
+                expired += 1
+                connection.execute(
+                    update(Transaction)
+                    .where(Transaction.id == row.transaction_id)
+                    .values(status="expired", completed_at=now)
+                )
+    return expired
+
+
+# --- quarantine -------------------------------------------------------------------------------
+
+
+def _file_transaction(
+    session: Session, caller: Principal, transaction_id: uuid.UUID
+) -> Transaction:
+    transaction = get_transaction(session, caller, transaction_id)
+    if transaction.kind != "file":
+        raise TransactionNotFound(f"Transaction {transaction_id} is not a file transaction.")
+    return transaction
+
+
+def quarantined(
+    session: Session, caller: Principal, transaction_id: uuid.UUID, query: QuarantineQuery
+) -> tuple[Sequence[QuarantinedRow], int]:
+    _file_transaction(session, caller, transaction_id)
+    statement = select(QuarantinedRow).where(QuarantinedRow.transaction_id == transaction_id)
+    if query.status == "open":
+        statement = statement.where(QuarantinedRow.resolved_by.is_(None))
+    elif query.status == "resolved":
+        statement = statement.where(QuarantinedRow.resolved_by.is_not(None))
+    return paginate(session, statement, QuarantinedRow.seq, params=query)
+
+
+RESUBMIT_CHUNK = 1000
+
+
+def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid.UUID:
+    """Validate a file transaction's open quarantined rows against the dataset's current
+    schema in a new transaction: valid rows are stored, the others move to it with their
+    new errors. One database transaction: all of it happens, or none."""
+    with db.read_session() as session:
+        source = _file_transaction(session, caller, transaction_id)
+        dataset = session.get(Dataset, source.dataset_pk)
+        assert dataset is not None
+    new_id = uuid.uuid4()
+    now = utcnow_ms()
+    with db.begin() as connection:
+        check = datasets.compiled(
+            connection,
+            dataset_pk=dataset.id,
+            version=dataset.schema_version,
+            options=dataset.options,
+            coerce=True,
+        )
+        tally = Tally()
+        after = 0
+        while True:
+            rows = connection.execute(
+                select(
+                    QuarantinedRow.seq,
+                    QuarantinedRow.line,
+                    QuarantinedRow.record,
+                    QuarantinedRow.data,
+                    QuarantinedRow.errors,
+                )
+                .where(
+                    QuarantinedRow.transaction_id == transaction_id,
+                    QuarantinedRow.resolved_by.is_(None),
+                    QuarantinedRow.seq > after,
+                )
+                .order_by(QuarantinedRow.seq)
+                .limit(RESUBMIT_CHUNK)
+            ).all()
+            if not rows:
+                break
+            after = rows[-1].seq
+            stored: list[dict[str, Any]] = []
+            for row in rows:
+                tally.received += 1
+                errors: list[dict[str, Any]] = row.errors
+                if row.data is not None:
+                    cleaned = check.normaliser(row.data)
+                    if check.validator.is_valid(cleaned):
+                        stored.append(cleaned)
+                        connection.execute(
+                            update(QuarantinedRow)
+                            .where(QuarantinedRow.seq == row.seq)
+                            .values(resolved_by=new_id)
+                        )
+                        continue
+                    errors = list(validation.errors_of(check.validator, cleaned))
+                tally.invalid(row.record, row.line, errors)
+                connection.execute(
+                    update(QuarantinedRow)
+                    .where(QuarantinedRow.seq == row.seq)
+                    .values(transaction_id=new_id, errors=errors[:MAX_ROW_ERRORS])
+                )
+            tally.accepted += len(stored)
+            insert_records(
+                connection,
+                stored,
+                company_id=source.company_id,
+                dataset_pk=dataset.id,
+                transaction_id=new_id,
+                schema_version=dataset.schema_version,
+                ingested_at=now,
+            )
+        if not tally.received:
+            raise NothingToResubmit(f"Transaction {transaction_id} has no open quarantined rows.")
+        connection.execute(
+            Transaction.__table__.insert(),  # type: ignore[attr-defined]
+            [
+                {
+                    "id": new_id,
+                    "company_id": source.company_id,
+                    "dataset_pk": dataset.id,
+                    "client_id": source.client_id,
+                    "dataset_id": source.dataset_id,
+                    "kind": "file",
+                    "status": "completed",
+                    "schema_version": dataset.schema_version,
+                    "file_name": source.file_name,
+                    "file_size": source.file_size,
+                    "content_type": source.content_type,
+                    "author_id": caller.author_id,
+                    "created_at": now,
+                    "started_at": now,
+                    "completed_at": utcnow_ms(),
+                    **tally.columns(),
+                }
+            ],
+        )
+    return new_id

@@ -1,0 +1,273 @@
+"""Object stores behind one Protocol: the embedded store (local disk, HMAC-signed PUT
+URLs answered by the service itself) and any S3-compatible store (presigned URLs)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import io
+import os
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol, cast
+from urllib.parse import urlencode
+
+from headwater.config import Settings
+
+UPLOAD_PATH = "/uploads/"
+_KEY = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    size: int
+    etag: str
+    content_type: str | None
+
+
+class Store(Protocol):
+    """Where uploaded files live. `bucket` is "" for the embedded store."""
+
+    bucket: str
+
+    def object_key(self, *, company_id: uuid.UUID, file_id: uuid.UUID) -> str: ...
+
+    def upload_url(
+        self, *, key: str, content_type: str, max_bytes: int, expires_at: datetime
+    ) -> str: ...
+
+    def head(self, key: str) -> ObjectInfo | None: ...
+
+    def open(self, key: str) -> BinaryIO: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def ping(self) -> None: ...
+
+
+# --- embedded ---------------------------------------------------------------------------------
+
+
+class EmbeddedStore:
+    """Files on local disk under `<data_dir>/store`, written only by a signed PUT.
+
+    The signature (HMAC-SHA256 with a server-side key) binds the method, the path, the
+    expiry, the content type and the size limit: changing any of them voids it. Keys are
+    ids the service made (32 hex digits), so no name from a client reaches the disk.
+    """
+
+    bucket = ""
+
+    def __init__(self, root: Path, *, public_url: str, signing_key: bytes | None) -> None:
+        self.root = root
+        self.objects = root / "objects"
+        self.incoming = root / "incoming"
+        self.objects.mkdir(parents=True, exist_ok=True)
+        self.incoming.mkdir(parents=True, exist_ok=True)
+        self.public_url = public_url.rstrip("/")
+        self._key = signing_key or _load_or_make_key(root / "signing.key")
+
+    def object_key(self, *, company_id: uuid.UUID, file_id: uuid.UUID) -> str:
+        return file_id.hex
+
+    def signature(self, *, key: str, expires: int, content_type: str, max_bytes: int) -> str:
+        message = f"PUT\n{UPLOAD_PATH}{key}\n{expires}\n{content_type}\n{max_bytes}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def upload_url(
+        self, *, key: str, content_type: str, max_bytes: int, expires_at: datetime
+    ) -> str:
+        expires = int(expires_at.timestamp())
+        query = {
+            "expires": expires,
+            "max_bytes": max_bytes,
+            "signature": self.signature(
+                key=key, expires=expires, content_type=content_type, max_bytes=max_bytes
+            ),
+        }
+        return f"{self.public_url}{UPLOAD_PATH}{key}?{urlencode(query)}"
+
+    def _path(self, key: str) -> Path:
+        if not _KEY.match(key):
+            raise FileNotFoundError(key)
+        return self.objects / key
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            size = self._path(key).stat().st_size
+        except FileNotFoundError:
+            return None
+        return ObjectInfo(size=size, etag="", content_type=None)
+
+    def open(self, key: str) -> BinaryIO:
+        return self._path(key).open("rb")
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def ping(self) -> None:
+        if not os.access(self.objects, os.W_OK):
+            raise OSError(f"the embedded store {self.objects} is not writable")
+
+    def incoming_file(self, key: str) -> Incoming:
+        return Incoming(self.incoming / f"{key}.{secrets.token_hex(4)}.part", self._path(key))
+
+
+class Incoming:
+    """One PUT body on its way to disk: written to a part file, fsynced, then renamed into
+    place, so an object is either whole or absent. `discard` removes the part file."""
+
+    def __init__(self, part: Path, final: Path) -> None:
+        self.part = part
+        self.final = final
+        self.size = 0
+        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._file: io.BufferedWriter = part.open("xb")
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._md5.update(data)
+        self.size += len(data)
+
+    @property
+    def etag(self) -> str:
+        return self._md5.hexdigest()
+
+    def commit(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self.part, self.final)
+        directory = os.open(self.final.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    def discard(self) -> None:
+        self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.part.unlink()
+
+
+def _load_or_make_key(path: Path) -> bytes:
+    """The store's signing key, made once (readable by the service's user only). Every
+    instance that shares the store's directory shares the key."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes()
+    key = secrets.token_bytes(32)
+    with os.fdopen(fd, "wb") as out:
+        out.write(key)
+        out.flush()
+        os.fsync(out.fileno())
+    return key
+
+
+# --- S3 ---------------------------------------------------------------------------------------
+
+
+class _Body(io.RawIOBase):
+    """A botocore streaming body as a raw stream, so io's buffering and gzip can wrap it."""
+
+    def __init__(self, body: Any) -> None:
+        self._body = body
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._body.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._body.close()
+        super().close()
+
+
+class S3Store:
+    """Any S3-compatible store, through boto3: presigned PUT URLs that bind the content
+    type. S3 cannot cap a presigned PUT's size, so the size is checked (HEAD) before a
+    file is processed."""
+
+    def __init__(self, settings: Settings) -> None:
+        import boto3
+        from botocore.config import Config
+
+        assert settings.s3_bucket is not None
+        self.bucket = settings.s3_bucket
+        secret = settings.s3_secret_access_key
+        self.client: Any = boto3.client(
+            "s3",
+            endpoint_url=settings.s3_endpoint_url,
+            region_name=settings.s3_region,
+            aws_access_key_id=settings.s3_access_key_id,
+            aws_secret_access_key=secret.get_secret_value() if secret else None,
+            config=Config(
+                signature_version="s3v4",
+                connect_timeout=5,
+                read_timeout=60,
+                retries={"max_attempts": 3, "mode": "standard"},
+            ),
+        )
+
+    def object_key(self, *, company_id: uuid.UUID, file_id: uuid.UUID) -> str:
+        return f"uploads/{company_id.hex}/{file_id.hex}"
+
+    def upload_url(
+        self, *, key: str, content_type: str, max_bytes: int, expires_at: datetime
+    ) -> str:
+        from headwater.kit.clock import utcnow
+
+        lifetime = max(1, int((expires_at - utcnow()).total_seconds()))
+        url: str = self.client.generate_presigned_url(
+            "put_object",
+            Params={"Bucket": self.bucket, "Key": key, "ContentType": content_type},
+            ExpiresIn=lifetime,
+            HttpMethod="PUT",
+        )
+        return url
+
+    def head(self, key: str) -> ObjectInfo | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            answer = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        return ObjectInfo(
+            size=int(answer["ContentLength"]),
+            etag=str(answer.get("ETag", "")).strip('"'),
+            content_type=answer.get("ContentType"),
+        )
+
+    def open(self, key: str) -> BinaryIO:
+        body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        return cast(BinaryIO, io.BufferedReader(_Body(body), buffer_size=1024 * 1024))
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    def ping(self) -> None:
+        self.client.head_bucket(Bucket=self.bucket)
+
+
+def make_store(settings: Settings) -> Store:
+    if settings.storage_url is not None:
+        return S3Store(settings)
+    key = settings.upload_signing_key
+    return EmbeddedStore(
+        settings.data_dir / "store",
+        public_url=settings.public_url,
+        signing_key=key.get_secret_value().encode() if key else None,
+    )
