@@ -92,3 +92,8 @@ def file_tenant(client: TestClient, admin: dict[str, str], company: str) -> File
 def quarantine_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
     company = create_company(client, admin, f"Q {uuid.uuid4().hex[:6]}")
     return FileTenant(client, admin, company, invalid_rows="quarantine")
+
+
+@pytest.fixture
+def other_file_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
+    return FileTenant(client, admin, create_company(client, admin, f"O {uuid.uuid4().hex[:6]}"))

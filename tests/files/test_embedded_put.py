@@ -1,0 +1,207 @@
+"""The embedded store's signed PUT: what it accepts, and every way it refuses."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import pytest
+from starlette.testclient import TestClient
+
+from headwater.config import Settings
+from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
+
+BODY = (CSV_HEADER + csv_rows(3)).encode()
+
+
+def store_root(settings: Settings) -> Path:
+    return settings.data_dir / "store"
+
+
+def leftovers(settings: Settings) -> list[Path]:
+    return list((store_root(settings) / "incoming").iterdir())
+
+
+def with_query(ticket: dict[str, Any], **changes: str) -> str:
+    parts = urlsplit(ticket["upload_url"])
+    query = {k: v[0] for k, v in parse_qs(parts.query).items()} | changes
+    return f"{parts.path}?{urlencode(query)}"
+
+
+def test_put_stores_the_file_and_queues_processing(
+    file_tenant: FileTenant, settings: Settings
+) -> None:
+    ticket = file_tenant.upload_url()
+    response = file_tenant.put(ticket, BODY)
+    assert response.status_code == 200
+    assert response.headers["etag"] == f'"{hashlib.md5(BODY).hexdigest()}"'
+    stored = store_root(settings) / "objects" / ticket["file_id"].replace("-", "")
+    assert stored.read_bytes() == BODY
+    transaction = file_tenant.transaction(ticket["transaction_id"])
+    assert transaction["status"] == "processing"
+    assert transaction["file_size"] == len(BODY)
+    assert transaction["uploaded_at"] is not None
+    run_worker(file_tenant.client)
+    done = file_tenant.transaction(ticket["transaction_id"])
+    assert done["status"] == "completed"
+    assert done["records_accepted"] == 3
+    assert done["started_at"] is not None and done["completed_at"] is not None
+
+
+def test_a_used_url_is_refused(file_tenant: FileTenant) -> None:
+    ticket = file_tenant.upload_url()
+    assert file_tenant.put(ticket, BODY).status_code == 200
+    again = file_tenant.put(ticket, b"order_id,amount\nX,1\n")
+    assert again.status_code == 403
+    assert "used" in again.json()["detail"]
+    run_worker(file_tenant.client)
+    assert [r["data"]["order_id"] for r in file_tenant.records()] == ["A-0", "A-1", "A-2"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"signature": "0" * 64},
+        {"expires": "9999999999"},
+        {"max_bytes": "99999999999"},
+    ],
+)
+def test_a_changed_query_is_refused(file_tenant: FileTenant, change: dict[str, str]) -> None:
+    ticket = file_tenant.upload_url()
+    response = file_tenant.client.put(
+        with_query(ticket, **change), content=BODY, headers=ticket["headers"]
+    )
+    assert response.status_code == 403
+    assert response.json()["code"] == "upload_refused"
+    assert file_tenant.transaction(ticket["transaction_id"])["status"] == "awaiting_upload"
+
+
+@pytest.mark.parametrize("missing", ["signature", "expires", "max_bytes"])
+def test_a_url_without_its_parameters_is_refused(file_tenant: FileTenant, missing: str) -> None:
+    ticket = file_tenant.upload_url()
+    parts = urlsplit(ticket["upload_url"])
+    query = {k: v[0] for k, v in parse_qs(parts.query).items() if k != missing}
+    response = file_tenant.client.put(
+        f"{parts.path}?{urlencode(query)}", content=BODY, headers=ticket["headers"]
+    )
+    assert response.status_code == 403
+
+
+def test_a_copied_signature_on_another_path_is_refused(file_tenant: FileTenant) -> None:
+    first, second = file_tenant.upload_url(), file_tenant.upload_url()
+    second_path = urlsplit(second["upload_url"]).path
+    copied = second_path + "?" + urlsplit(first["upload_url"]).query
+    response = file_tenant.client.put(copied, content=BODY, headers=first["headers"])
+    assert response.status_code == 403
+    for ticket in (first, second):
+        assert file_tenant.transaction(ticket["transaction_id"])["status"] == "awaiting_upload"
+
+
+@pytest.mark.parametrize("path", ["/uploads/not-a-key", "/uploads/" + "0" * 32])
+def test_an_unknown_path_is_refused(file_tenant: FileTenant, path: str) -> None:
+    ticket = file_tenant.upload_url()
+    query = urlsplit(ticket["upload_url"]).query
+    response = file_tenant.client.put(f"{path}?{query}", content=BODY, headers=ticket["headers"])
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/plain", None])
+def test_another_content_type_is_refused(file_tenant: FileTenant, content_type: str | None) -> None:
+    ticket = file_tenant.upload_url()
+    parts = urlsplit(ticket["upload_url"])
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = file_tenant.client.put(f"{parts.path}?{parts.query}", content=BODY, headers=headers)
+    assert response.status_code == 403
+    assert "Content-Type" in response.json()["detail"]
+    # the URL is still good for the right type
+    assert file_tenant.put(ticket, BODY).status_code == 200
+
+
+def test_an_expired_url_is_refused(file_tenant: FileTenant, make_client: Any) -> None:
+    short = make_client(upload_url_lifetime_seconds=60)
+    tenant = FileTenant.__new__(FileTenant)
+    tenant.__dict__ |= file_tenant.__dict__ | {"client": short}
+    ticket = tenant.upload_url()
+    expired_at = int(parse_qs(urlsplit(ticket["upload_url"]).query)["expires"][0])
+    # a signature made with the store's key for a time in the past
+    runtime = short.app.state.runtime
+    key = ticket["file_id"].replace("-", "")
+    past = expired_at - 3600
+    signature = runtime.store.signature(
+        key=key,
+        expires=past,
+        content_type="text/csv",
+        max_bytes=int(parse_qs(urlsplit(ticket["upload_url"]).query)["max_bytes"][0]),
+    )
+    response = short.put(
+        with_query(ticket, expires=str(past), signature=signature),
+        content=BODY,
+        headers=ticket["headers"],
+    )
+    assert response.status_code == 403
+    assert "expired" in response.json()["detail"]
+
+
+def test_over_the_limit_is_413_while_streaming_and_leaves_nothing(
+    file_tenant: FileTenant, make_client: Any, settings: Settings
+) -> None:
+    small = make_client(max_file_bytes=1000)
+    tenant = FileTenant.__new__(FileTenant)
+    tenant.__dict__ |= file_tenant.__dict__ | {"client": small}
+    ticket = tenant.upload_url()
+    parts = urlsplit(ticket["upload_url"])
+
+    def chunks() -> Any:  # no Content-Length: the limit is found while streaming
+        for _ in range(10):
+            yield b"x" * 400
+
+    response = small.put(f"{parts.path}?{parts.query}", content=chunks(), headers=ticket["headers"])
+    assert response.status_code == 413
+    assert response.json()["code"] == "file_too_large"
+    declared = small.put(
+        f"{parts.path}?{parts.query}", content=b"x" * 1001, headers=ticket["headers"]
+    )
+    assert declared.status_code == 413
+    assert leftovers(settings) == []
+    assert not (store_root(settings) / "objects" / ticket["file_id"].replace("-", "")).exists()
+    assert tenant.transaction(ticket["transaction_id"])["status"] == "awaiting_upload"
+    # within the limit, the same URL still works
+    assert (
+        small.put(
+            f"{parts.path}?{parts.query}",
+            content=b"order_id,amount\nA,1\n",
+            headers=ticket["headers"],
+        ).status_code
+        == 200
+    )
+
+
+def test_an_interrupted_put_leaves_nothing_and_the_url_stays_usable(
+    file_tenant: FileTenant, settings: Settings
+) -> None:
+    ticket = file_tenant.upload_url()
+    parts = urlsplit(ticket["upload_url"])
+
+    class Broken(Exception):
+        pass
+
+    def chunks() -> Any:
+        yield b"order_id,amount\n"
+        raise Broken
+
+    with pytest.raises(Broken):
+        file_tenant.client.put(
+            f"{parts.path}?{parts.query}", content=chunks(), headers=ticket["headers"]
+        )
+    assert leftovers(settings) == []
+    assert file_tenant.transaction(ticket["transaction_id"])["status"] == "awaiting_upload"
+    assert file_tenant.put(ticket, BODY).status_code == 200
+
+
+def test_no_upload_route_for_an_s3_store(file_tenant: FileTenant, client: TestClient) -> None:
+    # the embedded route answers only for the embedded store; covered in test_s3 for S3
+    ticket = file_tenant.upload_url()
+    response = client.post(urlsplit(ticket["upload_url"]).path, content=BODY)
+    assert response.status_code == 405

@@ -1,0 +1,149 @@
+"""The quarantine policy: valid rows stored, invalid rows kept, listed and re-submitted."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from headwater.files import service
+from tests.files.conftest import FileTenant, run_worker
+from tests.ingestion.conftest import SCHEMA
+
+BODY = (
+    "order_id,amount,quantity\n"
+    "A-1,1,1\n"
+    "A-2,x,2\n"  # amount not a number
+    "A-3,3,3.5\n"  # quantity not an integer
+    "A-4,4\n"  # ragged
+    "A-5,5,5\n"
+)
+
+
+def quarantine(tenant: FileTenant, transaction_id: str, **params: Any) -> Any:
+    response = tenant.client.get(
+        f"/platform/v1/transactions/{transaction_id}/quarantine",
+        params=params,
+        headers=tenant.headers,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def resubmit(tenant: FileTenant, transaction_id: str, status: int = 201) -> Any:
+    response = tenant.client.post(
+        f"/platform/v1/transactions/{transaction_id}/resubmit", headers=tenant.headers
+    )
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def test_valid_rows_are_stored_and_invalid_ones_kept(quarantine_tenant: FileTenant) -> None:
+    transaction = quarantine_tenant.upload(BODY)
+    assert transaction["status"] == "completed"
+    assert transaction["records_received"] == 5
+    assert transaction["records_accepted"] == 2
+    assert transaction["records_rejected"] == 3
+    assert [r["data"]["order_id"] for r in quarantine_tenant.records()] == ["A-1", "A-5"]
+    held = quarantine(quarantine_tenant, transaction["transaction_id"])
+    assert held["total_entries"] == 3
+    rows = held["data"]
+    assert [(r["line"], r["record"]) for r in rows] == [(3, 1), (4, 2), (5, 3)]
+    assert rows[0]["data"] == {"order_id": "A-2", "amount": "x", "quantity": "2"}
+    assert rows[0]["errors"][0]["path"] == "/amount"
+    assert rows[2]["data"] is None and rows[2]["raw"] == '["A-4","4"]'
+    assert rows[2]["errors"][0]["keyword"] == "columns"
+    assert all(r["resolved_by"] is None for r in rows)
+
+
+def test_resubmission_after_a_schema_change_stores_what_now_passes(
+    quarantine_tenant: FileTenant,
+) -> None:
+    first = quarantine_tenant.upload(BODY)["transaction_id"]
+    loose = {
+        **SCHEMA,
+        "properties": {**SCHEMA["properties"], "quantity": {"type": "number"}},
+    }
+    response = quarantine_tenant.client.put(
+        f"/admin/v1/clients/{quarantine_tenant.client_id}/datasets/orders/schema",
+        json={"schema": loose},
+        headers=quarantine_tenant.admin,
+    )
+    assert response.status_code == 200, response.text
+    second = resubmit(quarantine_tenant, first)
+    assert second["transaction_id"] != first
+    assert second["kind"] == "file"
+    assert second["status"] == "completed"
+    assert second["schema_version"] == 2
+    assert second["file_name"] == "orders.csv"
+    assert (second["records_received"], second["records_accepted"]) == (3, 1)
+    assert second["records_rejected"] == 2
+    stored = quarantine_tenant.records(transaction_id=second["transaction_id"])
+    assert [(r["data"]["order_id"], r["data"]["quantity"]) for r in stored] == [("A-3", 3.5)]
+    # the rows that still fail now belong to the new transaction
+    assert quarantine(quarantine_tenant, first)["total_entries"] == 0
+    resolved = quarantine(quarantine_tenant, first, status="resolved")["data"]
+    assert [r["record"] for r in resolved] == [2]
+    assert resolved[0]["resolved_by"] == second["transaction_id"]
+    still = quarantine(quarantine_tenant, second["transaction_id"])["data"]
+    assert [r["record"] for r in still] == [1, 3]
+    # nothing open is left on the first; a second re-submission has nothing to do
+    problem = resubmit(quarantine_tenant, first, status=409)
+    assert problem["code"] == "nothing_to_resubmit"
+
+
+def test_quarantine_reads_are_tenant_scoped(
+    quarantine_tenant: FileTenant, other_file_tenant: FileTenant
+) -> None:
+    transaction_id = quarantine_tenant.upload(BODY)["transaction_id"]
+    other = other_file_tenant.client.get(
+        f"/platform/v1/transactions/{transaction_id}/quarantine", headers=other_file_tenant.headers
+    )
+    missing = other_file_tenant.client.get(
+        "/platform/v1/transactions/00000000-0000-0000-0000-000000000000/quarantine",
+        headers=other_file_tenant.headers,
+    )
+    assert other.status_code == missing.status_code == 404
+    assert other.json()["detail"].replace(transaction_id, "X") == missing.json()["detail"].replace(
+        "00000000-0000-0000-0000-000000000000", "X"
+    )
+    resubmit(other_file_tenant, transaction_id, status=404)
+    assert quarantine(quarantine_tenant, transaction_id)["total_entries"] == 3
+
+
+def test_json_transactions_have_no_quarantine(quarantine_tenant: FileTenant) -> None:
+    pushed = quarantine_tenant.push({"order_id": "P-1", "amount": 1}).json()
+    response = quarantine_tenant.client.get(
+        f"/platform/v1/transactions/{pushed['transaction_id']}/quarantine",
+        headers=quarantine_tenant.headers,
+    )
+    assert response.status_code == 404
+    resubmit(quarantine_tenant, pushed["transaction_id"], status=404)
+
+
+def test_quarantine_query_is_checked(quarantine_tenant: FileTenant) -> None:
+    transaction_id = quarantine_tenant.upload(BODY)["transaction_id"]
+    for params in ({"status": "bogus"}, {"page": "-1"}, {"extra": "1"}):
+        response = quarantine_tenant.client.get(
+            f"/platform/v1/transactions/{transaction_id}/quarantine",
+            params=params,
+            headers=quarantine_tenant.headers,
+        )
+        assert response.status_code == 400, params
+    bad_id = quarantine_tenant.client.get(
+        "/platform/v1/transactions/not-a-uuid/quarantine", headers=quarantine_tenant.headers
+    )
+    assert bad_id.status_code == 400
+
+
+def test_uploads_that_never_come_expire(file_tenant: FileTenant) -> None:
+    ticket = file_tenant.upload_url()
+    runtime = file_tenant.client.app.state.runtime  # type: ignore[attr-defined]
+    assert service.expire_uploads(runtime.db, grace=timedelta(seconds=0)) == 0
+    assert service.expire_uploads(runtime.db, grace=timedelta(seconds=-3600)) >= 1
+    transaction = file_tenant.transaction(ticket["transaction_id"])
+    assert transaction["status"] == "expired"
+    assert transaction["completed_at"] is not None
+    # the URL is dead now, even though its signature has not run out
+    response = file_tenant.put(ticket, b"order_id,amount\nA,1\n")
+    assert response.status_code == 403
+    assert run_worker(file_tenant.client) == 0
