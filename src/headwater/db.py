@@ -77,13 +77,21 @@ def _sqlite_begin_immediate(connection: Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def make_engine(settings: Settings) -> Engine:
+def _sqlite_begin_deferred(connection: Connection) -> None:
+    """Reads take no lock: in WAL mode they see the last commit while a writer works."""
+    connection.exec_driver_sql("BEGIN")
+
+
+def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
+    """The engine; `for_reads` gives SQLite a separate engine whose transactions do not
+    take the write lock (PostgreSQL reads use the one engine in autocommit)."""
     url = settings.sqlalchemy_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False}, pool_size=8)
         event.listen(engine, "connect", _sqlite_pragmas)
-        event.listen(engine, "begin", _sqlite_begin_immediate)
+        begin = _sqlite_begin_deferred if for_reads else _sqlite_begin_immediate
+        event.listen(engine, "begin", begin)
         return engine
     return create_engine(
         url,
@@ -106,9 +114,10 @@ class Database:
         self.engine = make_engine(settings)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Reads that change nothing need no transaction: on PostgreSQL that saves the
-        # BEGIN and ROLLBACK round trips. SQLite keeps its (local, cheap) transactions.
+        # BEGIN and ROLLBACK round trips. SQLite reads use deferred transactions, so they
+        # never wait for its one writer (a long file, say).
         reader = (
-            self.engine
+            make_engine(settings, for_reads=True)
             if self.engine.dialect.name == "sqlite"
             else self.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
@@ -145,3 +154,5 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if isinstance(self.reader, Engine) and self.reader is not self.engine:
+            self.reader.dispose()

@@ -1,0 +1,298 @@
+"""The durable queue: several workers, a worker killed mid-file, attempts, restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from starlette.testclient import TestClient
+
+from headwater import worker
+from headwater.config import Settings
+from headwater.files.models import FileJob, FileUpload
+from headwater.ingestion.models import Record
+from headwater.runtime import Runtime
+from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
+
+
+def runtime_of(client: TestClient) -> Runtime:
+    return client.app.state.runtime  # type: ignore[attr-defined,no-any-return]
+
+
+def stored(runtime: Runtime, transaction: str) -> tuple[int, int]:
+    """(records of the transaction, distinct order ids among them)."""
+    transaction_id = uuid.UUID(transaction)
+    with runtime.db.read_session() as session:
+        count = session.scalar(select(func.count()).where(Record.transaction_id == transaction_id))
+        rows = session.scalars(
+            select(Record.data).where(Record.transaction_id == transaction_id)
+        ).all()
+    return int(count or 0), len({r["order_id"] for r in rows})
+
+
+def job_of(runtime: Runtime, transaction: str) -> Any:
+    transaction_id = uuid.UUID(transaction)
+    with runtime.db.read_session() as session:
+        return session.execute(
+            select(FileJob.state, FileJob.attempts, FileJob.claimed_by)
+            .join(FileUpload, FileUpload.id == FileJob.file_id)
+            .where(FileUpload.transaction_id == transaction_id)
+        ).one()
+
+
+def uploaded(tenant: FileTenant, rows: int, start: int = 0) -> str:
+    ticket = tenant.upload_url()
+    body = (CSV_HEADER + csv_rows(rows, start)).encode()
+    assert tenant.put(ticket, body).status_code == 200
+    return str(ticket["transaction_id"])
+
+
+def test_several_workers_share_the_queue_without_processing_a_file_twice(
+    file_tenant: FileTenant, backend: str
+) -> None:
+    runtime = runtime_of(file_tenant.client)
+    run_worker(file_tenant.client)  # an empty queue to start from
+    transactions = [uploaded(file_tenant, 2000, start=i * 2000) for i in range(8)]
+    errors: list[BaseException] = []
+
+    def work(slot: int) -> None:
+        try:
+            while worker.process_one(runtime, f"worker-{slot}"):
+                pass
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(slot,)) for slot in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    for transaction_id in transactions:
+        assert file_tenant.transaction(transaction_id)["status"] == "completed"
+        assert stored(runtime, transaction_id) == (2000, 2000)
+        state, attempts, _ = job_of(runtime, transaction_id)
+        assert (state, attempts) == ("done", 1)
+
+
+def test_a_worker_killed_mid_file_leaves_a_job_that_runs_again_once(
+    file_tenant: FileTenant,
+    settings: Settings,
+    make_client: Callable[..., TestClient],
+) -> None:
+    rows = 150_000
+    transaction_id = uploaded(file_tenant, rows)
+    runtime = runtime_of(file_tenant.client)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | {
+        "HEADWATER_DATA_DIR": str(settings.data_dir),
+        "HEADWATER_FILE_BATCH_ROWS": "1000",
+        "HEADWATER_LOG_LEVEL": "WARNING",
+    }
+    if settings.database_url:
+        env["HEADWATER_DATABASE_URL"] = settings.database_url
+    log = Path(settings.data_dir) / "killed-worker.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli", "worker"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while file_tenant.transaction(transaction_id)["started_at"] is None:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the worker never claimed the job"
+            time.sleep(0.05)
+        time.sleep(0.5)  # well into the file
+        assert file_tenant.transaction(transaction_id)["status"] == "processing"
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    # nothing of the interrupted run is visible, and the job is still claimed
+    assert stored(runtime, transaction_id) == (0, 0)
+    state, attempts, claimed_by = job_of(runtime, transaction_id)
+    assert (state, attempts) == ("running", 1)
+    # a fresh worker takes the job over once the claim is stale
+    fresh = make_client(file_job_stale_seconds=0.2)
+    time.sleep(0.3)
+    assert run_worker(fresh) >= 1
+    assert file_tenant.transaction(transaction_id)["status"] == "completed"
+    assert file_tenant.transaction(transaction_id)["records_accepted"] == rows
+    assert stored(runtime, transaction_id) == (rows, rows)
+    state, attempts, claimed_by = job_of(runtime, transaction_id)
+    assert (state, attempts, claimed_by) == ("done", 2, "test-worker")
+
+
+def test_a_claim_that_is_not_stale_is_left_alone(
+    file_tenant: FileTenant, make_client: Callable[..., TestClient]
+) -> None:
+    transaction_id = uploaded(file_tenant, 10)
+    runtime = runtime_of(file_tenant.client)
+    settings = worker.job_settings(runtime.settings)
+    from headwater.files import processing
+
+    job_id = processing.claim_next(runtime.db, worker="elsewhere", settings=settings)
+    assert job_id is not None
+    assert run_worker(file_tenant.client) == 0  # claimed a moment ago by a live worker
+    assert job_of(runtime, transaction_id)[0] == "running"
+    # the claimant itself finishes it
+    assert processing.run_job(
+        runtime.db, runtime.store, job_id, worker="elsewhere", settings=settings
+    )
+    assert file_tenant.transaction(transaction_id)["status"] == "completed"
+    # and a worker that lost its claim does nothing
+    assert not processing.run_job(
+        runtime.db, runtime.store, job_id, worker="elsewhere", settings=settings
+    )
+
+
+def test_a_job_that_keeps_failing_fails_its_transaction(
+    file_tenant: FileTenant, make_client: Callable[..., TestClient], settings: Settings
+) -> None:
+    app = make_client(file_job_max_attempts=2)
+    transaction_id = uploaded(file_tenant, 10)
+    runtime = runtime_of(app)
+    for stored_file in (settings.data_dir / "store" / "objects").iterdir():
+        with runtime.db.read_session() as session:
+            key = session.scalar(
+                select(FileUpload.object_key).where(
+                    FileUpload.transaction_id == uuid.UUID(transaction_id)
+                )
+            )
+        if stored_file.name == key:
+            stored_file.unlink()  # the object is gone: every attempt fails
+    assert run_worker(app) == 2
+    transaction = file_tenant.transaction(transaction_id)
+    assert transaction["status"] == "failed"
+    assert "failed 2 times" in transaction["errors"][0]["message"]
+    assert job_of(runtime, transaction_id)[:2] == ("done", 2)
+    assert run_worker(app) == 0
+
+
+@pytest.mark.http
+def test_serve_processes_uploads_by_itself_over_real_http(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    import httpx
+
+    from tests.factories import OPERATOR_ID, OPERATOR_SECRET
+    from tests.http_server import running_server
+    from tests.ingestion.conftest import SCHEMA
+
+    env = {
+        "HEADWATER_DATA_DIR": str(tmp_path),
+        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
+        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
+        "HEADWATER_LOG_LEVEL": "WARNING",
+    }
+    if database_url:
+        env["HEADWATER_DATABASE_URL"] = database_url
+    with running_server(env) as base, httpx.Client(base_url=base, timeout=30) as http:
+        admin = _token(http, OPERATOR_ID, OPERATOR_SECRET)
+        company = http.post("/admin/v1/companies", json={"name": "Real"}, headers=admin).json()
+        client_id = f"crm-{os.urandom(4).hex()}"
+        http.post(
+            f"/admin/v1/companies/{company['id']}/clients",
+            json={"client_id": client_id, "name": "CRM"},
+            headers=admin,
+        ).raise_for_status()
+        http.post(
+            f"/admin/v1/clients/{client_id}/datasets",
+            json={"dataset_id": "orders", "schema": SCHEMA},
+            headers=admin,
+        ).raise_for_status()
+        credential = http.post(
+            f"/admin/v1/companies/{company['id']}/credentials",
+            json={"name": "d", "scopes": ["data:read", "data:write"]},
+            headers=admin,
+        ).json()
+        headers = _token(http, credential["client_id"], credential["client_secret"])
+        ticket = http.get(
+            "/platform/v1/data/file_upload_url",
+            params={
+                "client_id": client_id,
+                "dataset_id": "orders",
+                "file_name": "o.csv",
+                "content_type": "text/csv",
+            },
+            headers=headers,
+        ).json()
+        assert ticket["upload_url"].startswith(base + "/uploads/")
+
+        def body() -> Any:  # streamed in pieces, with no Content-Length
+            yield CSV_HEADER.encode()
+            for start in range(0, 5000, 1000):
+                yield csv_rows(1000, start).encode()
+
+        response = httpx.put(ticket["upload_url"], content=body(), headers=ticket["headers"])
+        assert response.status_code == 200, response.text
+        deadline = time.monotonic() + 60
+        while True:
+            transaction = http.get(
+                f"/platform/v1/transactions/{ticket['transaction_id']}", headers=headers
+            ).json()
+            if transaction["status"] not in ("awaiting_upload", "processing"):
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert transaction["status"] == "completed"
+        assert transaction["records_accepted"] == 5000
+
+        # a PUT cut off mid-body leaves nothing, and the URL can be used again
+        second = http.get(
+            "/platform/v1/data/file_upload_url",
+            params={
+                "client_id": client_id,
+                "dataset_id": "orders",
+                "file_name": "cut.csv",
+                "content_type": "text/csv",
+            },
+            headers=headers,
+        ).json()
+        _cut_off_put(second["upload_url"], declared=10_000, sent=b"order_id,amount\nA,1\n")
+        time.sleep(0.5)
+        incoming = list((tmp_path / "store" / "incoming").iterdir())
+        assert incoming == []
+        status = http.get(
+            f"/platform/v1/transactions/{second['transaction_id']}", headers=headers
+        ).json()["status"]
+        assert status == "awaiting_upload"
+        again = httpx.put(
+            second["upload_url"], content=b"order_id,amount\nB,2\n", headers=second["headers"]
+        )
+        assert again.status_code == 200
+
+
+def _token(http: Any, client_id: str, secret: str) -> dict[str, str]:
+    answer = http.post(
+        "/oauth/token",
+        json={"client_id": client_id, "client_secret": secret, "audience": "headwater-api"},
+    )
+    answer.raise_for_status()
+    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
+
+
+def _cut_off_put(url: str, *, declared: int, sent: bytes) -> None:
+    """Declare a body of `declared` bytes, send fewer, then close the connection."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    request = (
+        f"PUT {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Type: text/csv\r\nContent-Length: {declared}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(request + sent)
+        time.sleep(0.3)
