@@ -43,6 +43,8 @@ def test_transaction_details(data_tenant: DataTenant) -> None:
         "file_size": None,
         "content_type": None,
         "created_at": pushed["received_at"],
+        "uploaded_at": None,
+        "started_at": None,
         "completed_at": body["completed_at"],
     }
     assert body["completed_at"] >= body["created_at"]

@@ -1,0 +1,222 @@
+"""File ingestion end to end (issue 5's benchmark).
+
+Starts Headwater on PostgreSQL with the embedded store: one API process (`headwater
+serve`, its in-process file worker off) and a separate `headwater worker`. For each size
+it generates a 10-column CSV (about 150 bytes a row) on the fly, PUTs it to the presigned
+URL as it is generated (no file on disk on the client side), waits for the transaction to
+be `completed`, checks the stored row count, and prints:
+
+  rows/s end to end (upload URL → completed), the upload and processing times, and the
+  peak resident memory (VmHWM) of the API and worker processes after each file.
+
+Targets: >= 50,000 rows/s; peak RSS <= 300 MB, and the same for 1M and 5M rows.
+
+    uv run python -m bench.file_ingest [--rows 1000000 5000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from tests.http_server import free_port
+
+from bench.common import OPERATOR, SECRET, bench_database, server_env
+
+AUDIENCE = "headwater-api"
+HEADER = "order_id,customer_email,amount,quantity,paid,placed_at,country,channel,sku,note\n"
+SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-06/schema#",
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string", "minLength": 1},
+        "customer_email": {"type": "string", "format": "email"},
+        "amount": {"type": "number", "minimum": 0},
+        "quantity": {"type": "integer", "minimum": 1},
+        "paid": {"type": "boolean"},
+        "placed_at": {"type": "string", "format": "date-time"},
+        "country": {"type": "string", "enum": ["DE", "FR", "NL", "SE", "US"]},
+        "channel": {"type": "string"},
+        "sku": {"type": "string", "pattern": "^SKU-[0-9]+$"},
+        "note": {"type": "string", "maxLength": 100},
+    },
+    "required": ["order_id", "amount", "quantity", "placed_at"],
+    "additionalProperties": False,
+}
+COUNTRIES = ["DE", "FR", "NL", "SE", "US"]
+
+
+def csv_chunks(rows: int, per_chunk: int = 20_000) -> Iterator[bytes]:
+    yield HEADER.encode()
+    for start in range(0, rows, per_chunk):
+        yield "".join(
+            f"ORD-{i:09d},customer{i % 9973}@example.com,{i % 1000}.{i % 100:02d},"
+            f"{i % 7 + 1},{'true' if i % 2 else 'false'},"
+            f"2026-11-{i % 28 + 1:02d}T10:{i % 60:02d}:00Z,"
+            f"{COUNTRIES[i % 5]},web,SKU-{i % 500},gift wrap please\n"
+            for i in range(start, min(start + per_chunk, rows))
+        ).encode()
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def token(url: str, client_id: str, secret: str) -> dict[str, str]:
+    body = {"client_id": client_id, "client_secret": secret, "audience": AUDIENCE}
+    response = httpx.post(url + "/oauth/token", json=body, timeout=30)
+    response.raise_for_status()
+    return {"Authorization": f"Bearer {response.json()['access_token']}"}
+
+
+def setup(url: str) -> dict[str, str]:
+    admin = token(url, OPERATOR, SECRET)
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        response = httpx.post(url + path, json=body, headers=admin, timeout=30)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    company = post("/admin/v1/companies", {"name": "Bench"})["id"]
+    post(f"/admin/v1/companies/{company}/clients", {"client_id": "bench-crm", "name": "Bench"})
+    post("/admin/v1/clients/bench-crm/datasets", {"dataset_id": "orders", "schema": SCHEMA})
+    credential = post(
+        f"/admin/v1/companies/{company}/credentials",
+        {"name": "bench", "scopes": ["data:write", "data:read"]},
+    )
+    return token(url, credential["client_id"], credential["client_secret"])
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli", *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(log.read_text())
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the server did not start:\n" + log.read_text())
+
+
+def ingest(url: str, headers: dict[str, str], rows: int) -> dict[str, float]:
+    began = time.perf_counter()
+    ticket = httpx.get(
+        url + "/platform/v1/data/file_upload_url",
+        params={
+            "client_id": "bench-crm",
+            "dataset_id": "orders",
+            "file_name": f"orders-{rows}.csv",
+            "content_type": "text/csv",
+        },
+        headers=headers,
+    ).json()
+    size = 0
+
+    def body() -> Iterator[bytes]:
+        nonlocal size
+        for chunk in csv_chunks(rows):
+            size += len(chunk)
+            yield chunk
+
+    response = httpx.put(
+        ticket["upload_url"], content=body(), headers=ticket["headers"], timeout=600
+    )
+    assert response.status_code == 200, response.text
+    uploaded = time.perf_counter()
+    while True:
+        transaction = httpx.get(
+            f"{url}/platform/v1/transactions/{ticket['transaction_id']}", headers=headers
+        ).json()
+        if transaction["status"] not in ("awaiting_upload", "processing"):
+            break
+        time.sleep(0.05)
+    done = time.perf_counter()
+    assert transaction["status"] == "completed", transaction
+    assert transaction["records_accepted"] == rows, transaction
+    return {
+        "rows": rows,
+        "bytes": size,
+        "upload_s": uploaded - began,
+        "total_s": done - began,
+        "transaction_id": ticket["transaction_id"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000])
+    args = parser.parse_args()
+
+    with (
+        bench_database("headwater_bench_files") as database_url,
+        tempfile.TemporaryDirectory() as data,
+    ):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
+        env |= server_env(database_url) | {
+            "HEADWATER_DATA_DIR": data,
+            "HEADWATER_PUBLIC_URL": url,
+            "HEADWATER_LOG_LEVEL": "WARNING",
+        }
+        api_log, worker_log = Path(data) / "api.log", Path(data) / "worker.log"
+        api = start(["serve", "--port", str(port)], env | {"HEADWATER_FILE_WORKERS": "0"}, api_log)
+        try:
+            wait_ready(url, api, api_log)
+            worker = start(["worker"], env | {"HEADWATER_FILE_POLL_SECONDS": "0.2"}, worker_log)
+            try:
+                headers = setup(url)
+                print(
+                    f"{'rows':>10} {'MB':>7} {'upload s':>9} {'total s':>8} {'rows/s':>9} "
+                    f"{'API peak MB':>12} {'worker peak MB':>15}"
+                )
+                for rows in args.rows:
+                    result = ingest(url, headers, rows)
+                    with psycopg.connect(database_url) as connection:
+                        stored = connection.execute(
+                            "SELECT count(*) FROM records WHERE transaction_id = %s",
+                            (result["transaction_id"],),
+                        ).fetchone()
+                    assert stored is not None and stored[0] == rows, stored
+                    print(
+                        f"{rows:>10,} {result['bytes'] / 1e6:>7.0f} {result['upload_s']:>9.1f} "
+                        f"{result['total_s']:>8.1f} {rows / result['total_s']:>9,.0f} "
+                        f"{peak_rss_mb(api.pid):>12.0f} {peak_rss_mb(worker.pid):>15.0f}",
+                        flush=True,
+                    )
+            finally:
+                worker.terminate()
+                worker.wait(timeout=30)
+        finally:
+            api.terminate()
+            api.wait(timeout=30)
+    print("targets: >= 50,000 rows/s; peak RSS <= 300 MB and flat from 1M to 5M rows")
+
+
+if __name__ == "__main__":
+    main()
