@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,12 @@ def ingest(url: str, headers: dict[str, str], rows: int) -> dict[str, float]:
     done = time.perf_counter()
     assert transaction["status"] == "completed", transaction
     assert transaction["records_accepted"] == rows, transaction
+
+    def at(name: str) -> float:
+        return datetime.fromisoformat(transaction[name].replace("Z", "+00:00")).timestamp()
+
     return {
+        "processing_s": at("completed_at") - at("started_at"),
         "rows": rows,
         "bytes": size,
         "upload_s": uploaded - began,
@@ -192,7 +198,7 @@ def main() -> None:
             try:
                 headers = setup(url)
                 print(
-                    f"{'rows':>10} {'MB':>7} {'upload s':>9} {'total s':>8} {'rows/s':>9} "
+                    f"{'rows':>10} {'MB':>7} {'upload s':>9} {'process s':>9} {'total s':>8} {'rows/s':>9} "
                     f"{'API peak MB':>12} {'worker peak MB':>15}"
                 )
                 for rows in args.rows:
@@ -205,6 +211,7 @@ def main() -> None:
                     assert stored is not None and stored[0] == rows, stored
                     print(
                         f"{rows:>10,} {result['bytes'] / 1e6:>7.0f} {result['upload_s']:>9.1f} "
+                        f"{result['processing_s']:>9.1f} "
                         f"{result['total_s']:>8.1f} {rows / result['total_s']:>9,.0f} "
                         f"{peak_rss_mb(api.pid):>12.0f} {peak_rss_mb(worker.pid):>15.0f}",
                         flush=True,

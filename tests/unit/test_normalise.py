@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headwater.ingestion.normalise import Options, coerce, compile_normaliser, utc_ms
+from headwater.ingestion.normalise import Options, coerce_value, compile_normaliser, utc_ms
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -178,8 +178,8 @@ def test_schema_without_properties_only_trims() -> None:
 
 
 def test_coerce_direct() -> None:
-    assert coerce("5", frozenset()) == "5"
-    assert coerce(None, frozenset({"integer"})) is None
+    assert coerce_value("5", frozenset()) == "5"
+    assert coerce_value(None, frozenset({"integer"})) is None
 
 
 # --- properties --------------------------------------------------------------------------
@@ -230,3 +230,48 @@ def test_float_text_round_trips(x: float) -> None:
 @given(st.text(max_size=20))
 def test_trim_matches_str_strip(s: str) -> None:
     assert run({"name": s}, Options())["name"] == s.strip()
+
+
+TYPE_SETS = [
+    [],
+    ["string"],
+    ["integer"],
+    ["number"],
+    ["boolean"],
+    ["integer", "null"],
+    ["number", "string"],
+    ["boolean", "integer"],
+]
+TEXTS = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["", " 42 ", "-7", "4.5", "1e3", "TRUE", "false", "99999999999999999999"]),
+    st.sampled_from(["2026-11-22T10:00:00+01:00", " 2026-11-22T09:00:00.000Z", "2026-11-22"]),
+)
+
+
+@given(
+    types=st.sampled_from(TYPE_SETS),
+    date_time=st.booleans(),
+    trim=st.booleans(),
+    coerce=st.booleans(),
+    value=TEXTS,
+)
+def test_the_text_fast_path_matches_the_general_one(
+    types: list[str], date_time: bool, trim: bool, coerce: bool, value: str
+) -> None:
+    """Text values (every CSV value) take a per-field shortcut; it must change nothing."""
+    from headwater.ingestion import normalise
+
+    field: dict[str, Any] = {"type": types} if types else {}
+    if date_time:
+        field["format"] = "date-time"
+    schema = {"type": "object", "properties": {"f": field}}
+    options = Options(trim_strings=trim, coerce_types=coerce)
+    compiled = compile_normaliser(schema, options)
+    assert isinstance(compiled, normalise._Compiled)
+    assert compiled.root is not None
+    rule = compiled.root.fields["f"]
+    general = compiled._value(value, rule)
+    fast = normalise._text_rule(rule, trim=trim, coerce=coerce)(value)
+    assert fast is general or fast == general
+    assert type(fast) is type(general)

@@ -116,7 +116,7 @@ def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row]:
             line = last + 1
             last = reader.line_num
             if len(fields) == width:
-                yield Row(line, dict(zip(header, fields, strict=True)))
+                yield Row(line, dict(zip(header, fields, strict=False)))  # widths checked
             elif fields:  # csv yields [] for a blank line
                 yield Row(
                     line,

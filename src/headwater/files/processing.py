@@ -12,8 +12,10 @@ SQLite has one writer at a time, so its workers take turns.
 
 from __future__ import annotations
 
+import queue
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -239,80 +241,137 @@ class _File:
         self.batch_rows = batch_rows
         self.tally = Tally()
         self.ingested_at = utcnow_ms()
-        self.records: list[dict[str, Any]] = []
-        self.held: list[dict[str, Any]] = []
 
     def process(self, rows: Any, check: datasets.Compiled) -> str:
         """Store every valid row (in batches) and handle the invalid ones by the dataset's
-        policy; answers the transaction's status. Nothing is stored for a rejected file."""
+        policy; answers the transaction's status. Nothing is stored for a rejected file.
+
+        Batches are written by a second thread while this one parses the next: the
+        database's work and the parsing overlap (the driver releases the GIL while it
+        waits for the server).
+        """
         savepoint = self.connection.begin_nested()
-        normalise, is_valid = check.normaliser, check.validator.is_valid
-        records, batch_rows, tally = self.records, self.batch_rows, self.tally
-        rejecting = False
-        index = -1
+        writer = _Writer(self._write)
         try:
-            for index, row in enumerate(rows):
-                data = row.data
-                if data is not None:
-                    cleaned = normalise(data)
-                    if is_valid(cleaned):
-                        if not rejecting:
-                            records.append(cleaned)
-                            if len(records) >= batch_rows:
-                                self._flush()
-                        continue
-                    errors = list(validation.errors_of(check.validator, cleaned))
-                else:
-                    errors = [{"path": "", "keyword": row.keyword, "message": row.message}]
-                tally.invalid(index, row.line, errors)
-                if self.quarantine:
-                    self.held.append(
-                        {
-                            "company_id": self.company_id,
-                            "dataset_pk": self.dataset_pk,
-                            "transaction_id": self.transaction_id,
-                            "line": row.line,
-                            "record": index,
-                            "data": data,
-                            "raw": row.raw,
-                            "errors": errors[:MAX_ROW_ERRORS],
-                        }
-                    )
-                    if len(self.held) >= batch_rows:
-                        self._flush()
-                elif not rejecting:
-                    rejecting = True
-                    records.clear()
+            outcome = self._rows(rows, check, writer)
         except parsers.FileUnreadable as exc:
+            writer.close(discard=True)
             savepoint.rollback()
-            tally.received = index + 1
+            tally = self.tally
             tally.accepted = 0
             tally.error_count += 1
-            tally.errors.insert(0, _file_error(index + 1, exc.line, exc.message))
+            tally.errors.insert(0, _file_error(tally.received, exc.line, exc.message))
             del tally.errors[validation.MAX_LISTED_ERRORS :]
             return "rejected"
-        tally.received = index + 1
-        if rejecting:
+        except BaseException:
+            writer.close(discard=True)
+            raise
+        writer.close()
+        if outcome == "rejected":
             savepoint.rollback()
-            tally.accepted = 0
+            self.tally.accepted = 0
+        else:
+            savepoint.commit()
+        return outcome
+
+    def _rows(self, rows: Any, check: datasets.Compiled, writer: _Writer) -> str:
+        normalise, is_valid = check.normaliser, check.validator.is_valid
+        batch_rows, tally = self.batch_rows, self.tally
+        records: list[dict[str, Any]] = []
+        held: list[dict[str, Any]] = []
+        rejecting = False
+        index = -1
+        for index, row in enumerate(rows):
+            tally.received = index + 1
+            data = row.data
+            if data is not None:
+                cleaned = normalise(data)
+                if is_valid(cleaned):
+                    if not rejecting:
+                        records.append(cleaned)
+                        if len(records) >= batch_rows:
+                            tally.accepted += len(records)
+                            writer.put((records, []))
+                            records = []
+                    continue
+                errors = list(validation.errors_of(check.validator, cleaned))
+            else:
+                errors = [{"path": "", "keyword": row.keyword, "message": row.message}]
+            tally.invalid(index, row.line, errors)
+            if self.quarantine:
+                held.append(
+                    {
+                        "company_id": self.company_id,
+                        "dataset_pk": self.dataset_pk,
+                        "transaction_id": self.transaction_id,
+                        "line": row.line,
+                        "record": index,
+                        "data": data,
+                        "raw": row.raw,
+                        "errors": errors[:MAX_ROW_ERRORS],
+                    }
+                )
+                if len(held) >= batch_rows:
+                    writer.put(([], held))
+                    held = []
+            elif not rejecting:
+                rejecting = True
+                records = []
+        if rejecting:
             return "rejected"
-        self._flush()
-        savepoint.commit()
+        tally.accepted += len(records)
+        writer.put((records, held))
         return "completed"
 
-    def _flush(self) -> None:
-        if self.records:
+    def _write(self, batch: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+        records, held = batch
+        if records:
             insert_records(
                 self.connection,
-                self.records,
+                records,
                 company_id=self.company_id,
                 dataset_pk=self.dataset_pk,
                 transaction_id=self.transaction_id,
                 schema_version=self.version,
                 ingested_at=self.ingested_at,
             )
-            self.tally.accepted += len(self.records)
-            self.records.clear()
-        if self.held:
-            self.connection.execute(insert(QuarantinedRow), self.held)
-            self.held.clear()
+        if held:
+            self.connection.execute(insert(QuarantinedRow), held)
+
+
+class _Writer:
+    """One thread that runs `write` on each batch put to it, in order; at most two
+    batches wait, so memory stays bounded. The first error stops it and is raised to
+    the producer at its next put, or at close."""
+
+    def __init__(self, write: Callable[[Any], None]) -> None:
+        self._write = write
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._discard = False
+        self._thread = threading.Thread(target=self._run, name="file-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not _DONE:
+            if self._error is None and not self._discard:
+                try:
+                    self._write(item)
+                except BaseException as exc:
+                    self._error = exc
+
+    def put(self, item: Any) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(item)
+
+    def close(self, *, discard: bool = False) -> None:
+        """Wait for every batch to be written (or, with `discard`, skip those left)."""
+        self._discard = discard
+        self._queue.put(_DONE)
+        self._thread.join()
+        if self._error is not None and not discard:
+            raise self._error
+
+
+_DONE = object()

@@ -103,7 +103,7 @@ def _compile_field(schema: Mapping[str, Any]) -> _Field:
     )
 
 
-def coerce(value: Any, types: frozenset[str]) -> Any:
+def coerce_value(value: Any, types: frozenset[str]) -> Any:
     """`value` as the type the schema names, when that loses nothing; `_ABSENT` for `""`."""
     if not types:
         return value
@@ -130,11 +130,13 @@ def _number(text: str) -> Any:
     if _INTEGER.fullmatch(text):
         number = int(text)
         return number if INT_MIN <= number <= INT_MAX else text
+    value = float(text)
+    if repr(value) == text:  # the common case: the shortest repr is the text itself
+        return value
     try:
         exact = Decimal(text)
     except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
         return text
-    value = float(text)
     if value != value or value in (float("inf"), float("-inf")):
         return text
     return value if Decimal(repr(value)) == exact else text
@@ -148,8 +150,12 @@ def utc_ms(value: str) -> str:
         return value
     if parsed.tzinfo is None:
         return value
-    parsed = parsed.astimezone(UTC)
-    return parsed.strftime("%Y-%m-%dT%H:%M:%S.") + f"{parsed.microsecond // 1000:03d}Z"
+    if not parsed.utcoffset() and _UTC_SECONDS.fullmatch(value):
+        return value[:19] + ".000Z"  # already UTC, to the second: the common case
+    if parsed.utcoffset():
+        parsed = parsed.astimezone(UTC)
+    # "YYYY-MM-DDTHH:MM:SS.mmm+00:00": the first 23 characters, then Z
+    return parsed.isoformat(timespec="milliseconds")[:23] + "Z"
 
 
 def _trim(value: Any) -> Any:
@@ -162,6 +168,7 @@ def _trim(value: Any) -> Any:
     return value
 
 
+_UTC_SECONDS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 _CANONICAL_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
@@ -172,7 +179,7 @@ class _Compiled:
     (a string, a number already of its type) take the fewest steps.
     """
 
-    __slots__ = ("coerce", "drop", "field_map", "root", "trim")
+    __slots__ = ("coerce", "drop", "field_map", "root", "texts", "trim")
 
     def __init__(self, root: _Object | None, options: Options) -> None:
         self.root = root
@@ -180,6 +187,23 @@ class _Compiled:
         self.coerce = options.coerce_types
         self.drop = options.drop_unknown_fields
         self.field_map = dict(options.field_map)
+        # per object shape, per field: what a text value becomes (CSV values are all text)
+        self.texts: dict[int, dict[str, Callable[[str], Any]]] = {}
+        self._index(root)
+
+    def _index(self, shape: _Object | None) -> None:
+        if shape is None or id(shape) in self.texts:
+            return
+        self.texts[id(shape)] = {
+            name: _text_rule(rule, trim=self.trim, coerce=self.coerce)
+            for name, rule in shape.fields.items()
+        }
+        for rule in shape.fields.values():
+            self._index(rule.shape)
+            item = rule.items
+            while item is not None:
+                self._index(item.shape)
+                item = item.items
 
     def __call__(self, record: Record) -> Record:
         if self.field_map:
@@ -194,7 +218,7 @@ class _Compiled:
             if self.trim:
                 value = value.strip()
             if self.coerce and rule.types and "string" not in rule.types:
-                value = coerce(value, rule.types)
+                value = coerce_value(value, rule.types)
                 if type(value) is not str:
                     return value
             if rule.date_time and not _CANONICAL_UTC.fullmatch(value):
@@ -211,15 +235,23 @@ class _Compiled:
                 return [v for v in values if v is not _ABSENT]
             return _trim(value) if self.trim else value
         if self.coerce and rule.types:
-            return coerce(value, rule.types)
+            return coerce_value(value, rule.types)
         return value
 
     def _object(self, obj: Mapping[str, Any], shape: _Object) -> dict[str, Any]:
         drop = self.drop and shape.closed
         trim = self.trim
         fields = shape.fields
+        texts = self.texts[id(shape)]
         out: dict[str, Any] = {}
         for name, value in obj.items():
+            if type(value) is str:
+                text = texts.get(name)
+                if text is not None:
+                    normalised = text(value)
+                    if normalised is not _ABSENT:
+                        out[name] = normalised
+                    continue
             rule = fields.get(name)
             if rule is None:
                 if not drop:
@@ -232,6 +264,62 @@ class _Compiled:
             if name not in out:
                 out[name] = copy.deepcopy(fields[name].default)
         return out
+
+
+def _same(value: str) -> str:
+    return value
+
+
+def _text_rule(rule: _Field, *, trim: bool, coerce: bool) -> Callable[[str], Any]:
+    """What `_Compiled._value` does to a text value of this field, as one function made
+    for the field's type: the same result, with fewer steps per value."""
+    types, date_time = rule.types, rule.date_time
+    coerced = coerce and bool(types) and "string" not in types
+    if not coerced and not date_time:
+        return str.strip if trim else _same
+    if not coerced:
+
+        def as_date_time(value: str) -> str:
+            if trim:
+                value = value.strip()
+            return value if _CANONICAL_UTC.fullmatch(value) else utc_ms(value)
+
+        return as_date_time
+    if types == {"number"} and not date_time:
+
+        def as_number(value: str) -> Any:
+            if trim:
+                value = value.strip()
+            if value == "":
+                return _ABSENT
+            return _number(value) if _NUMBER.fullmatch(value) else value
+
+        return as_number
+    if types == {"integer"} and not date_time:
+
+        def as_integer(value: str) -> Any:
+            if trim:
+                value = value.strip()
+            if value == "":
+                return _ABSENT
+            if _INTEGER.fullmatch(value):
+                number = int(value)
+                return number if INT_MIN <= number <= INT_MAX else value
+            return value
+
+        return as_integer
+
+    def as_typed(value: str) -> Any:
+        if trim:
+            value = value.strip()
+        typed = coerce_value(value, types)
+        if type(typed) is not str:
+            return typed
+        if date_time and not _CANONICAL_UTC.fullmatch(typed):
+            return utc_ms(typed)
+        return typed
+
+    return as_typed
 
 
 def _map_fields(record: Record, field_map: Mapping[str, str]) -> Record:
