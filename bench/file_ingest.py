@@ -22,8 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
