@@ -54,6 +54,7 @@ SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 COUNTRIES = ["DE", "FR", "NL", "SE", "US"]
+NOTE = "gift wrap please; leave it at the back door if nobody answers"
 
 
 def csv_chunks(rows: int, per_chunk: int = 20_000) -> Iterator[bytes]:
@@ -63,7 +64,7 @@ def csv_chunks(rows: int, per_chunk: int = 20_000) -> Iterator[bytes]:
             f"ORD-{i:09d},customer{i % 9973}@example.com,{i % 1000}.{i % 100:02d},"
             f"{i % 7 + 1},{'true' if i % 2 else 'false'},"
             f"2026-11-{i % 28 + 1:02d}T10:{i % 60:02d}:00Z,"
-            f"{COUNTRIES[i % 5]},web,SKU-{i % 500},gift wrap please\n"
+            f"{COUNTRIES[i % 5]},web,SKU-{i % 500},{NOTE}\n"
             for i in range(start, min(start + per_chunk, rows))
         ).encode()
 
