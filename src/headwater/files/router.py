@@ -93,10 +93,24 @@ def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: Runt
         return json_response(transaction_view(transaction), status_code=201)
 
 
+_FILE_BODY = {"schema": {"type": "string", "format": "binary"}}
+
+
 @uploads.put(
     UPLOAD_PATH + "{key}",
     status_code=200,
     response_class=Response,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "The file, with the `Content-Type` the URL was signed for.",
+            "content": {
+                "text/csv": _FILE_BODY,
+                "application/json": _FILE_BODY,
+                "application/x-ndjson": _FILE_BODY,
+            },
+        }
+    },
     responses={
         200: {"description": "Stored; the `ETag` header holds the body's MD5."},
         403: {
@@ -133,8 +147,32 @@ async def put_upload(
     return Response(status_code=200, headers={"ETag": f'"{etag}"'})
 
 
+_S3_EVENT_EXAMPLE = {
+    "Records": [
+        {
+            "eventName": "ObjectCreated:Put",
+            "s3": {
+                "bucket": {"name": "headwater-uploads"},
+                "object": {"key": "uploads/5f0c.../0f6f...", "size": 1048576, "eTag": "9b2c..."},
+            },
+        }
+    ]
+}
+
+
 @hooks.post(
     "/storage/events",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "properties": {"Records": {"type": "array"}}},
+                    "example": _S3_EVENT_EXAMPLE,
+                }
+            },
+        }
+    },
     responses={
         401: {"description": "The notification secret is missing or wrong."},
         400: {"description": "The body is not JSON."},
