@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,3 +162,34 @@ def report(label: str, result: WrkResult) -> str:
         f"p50 {result.latency_p50_ms:7.2f} ms   p95 {result.latency_p95_ms:7.2f} ms   "
         f"p99 {result.latency_p99_ms:7.2f} ms   non-2xx {result.non_2xx}"
     )
+
+
+AUDIENCE = "headwater-api"
+
+
+def token(url: str, client_id: str, secret: str) -> str:
+    body = {"client_id": client_id, "client_secret": secret, "audience": AUDIENCE}
+    response = httpx.post(url + "/oauth/token", json=body, timeout=30)
+    response.raise_for_status()
+    return str(response.json()["access_token"])
+
+
+def data_tenant(url: str, *, dataset_id: str, schema: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """A company, the ingestion client `bench-crm` with one dataset, and a bearer header
+    for a data:read/data:write credential; answers (header, company id)."""
+    admin = {"Authorization": f"Bearer {token(url, OPERATOR, SECRET)}"}
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        response = httpx.post(url + path, json=body, headers=admin, timeout=30)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    company = post("/admin/v1/companies", {"name": "Bench"})["id"]
+    post(f"/admin/v1/companies/{company}/clients", {"client_id": "bench-crm", "name": "Bench"})
+    post("/admin/v1/clients/bench-crm/datasets", {"dataset_id": dataset_id, "schema": schema})
+    credential = post(
+        f"/admin/v1/companies/{company}/credentials",
+        {"name": "bench", "scopes": ["data:write", "data:read"]},
+    )
+    bearer = token(url, credential["client_id"], credential["client_secret"])
+    return {"Authorization": f"Bearer {bearer}"}, company

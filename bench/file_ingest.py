@@ -31,9 +31,8 @@ import httpx
 import psycopg
 from tests.http_server import free_port
 
-from bench.common import OPERATOR, SECRET, bench_database, server_env
+from bench.common import bench_database, data_tenant, server_env
 
-AUDIENCE = "headwater-api"
 HEADER = "order_id,customer_email,amount,quantity,paid,placed_at,country,channel,sku,note\n"
 SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-06/schema#",
@@ -74,31 +73,6 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmHWM")
-
-
-def token(url: str, client_id: str, secret: str) -> dict[str, str]:
-    body = {"client_id": client_id, "client_secret": secret, "audience": AUDIENCE}
-    response = httpx.post(url + "/oauth/token", json=body, timeout=30)
-    response.raise_for_status()
-    return {"Authorization": f"Bearer {response.json()['access_token']}"}
-
-
-def setup(url: str) -> dict[str, str]:
-    admin = token(url, OPERATOR, SECRET)
-
-    def post(path: str, body: dict[str, Any]) -> Any:
-        response = httpx.post(url + path, json=body, headers=admin, timeout=30)
-        assert response.status_code == 201, response.text
-        return response.json()
-
-    company = post("/admin/v1/companies", {"name": "Bench"})["id"]
-    post(f"/admin/v1/companies/{company}/clients", {"client_id": "bench-crm", "name": "Bench"})
-    post("/admin/v1/clients/bench-crm/datasets", {"dataset_id": "orders", "schema": SCHEMA})
-    credential = post(
-        f"/admin/v1/companies/{company}/credentials",
-        {"name": "bench", "scopes": ["data:write", "data:read"]},
-    )
-    return token(url, credential["client_id"], credential["client_secret"])
 
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -197,7 +171,7 @@ def main() -> None:
             wait_ready(url, api, api_log)
             worker = start(["worker"], env | {"HEADWATER_FILE_POLL_SECONDS": "0.2"}, worker_log)
             try:
-                headers = setup(url)
+                headers, _company = data_tenant(url, dataset_id="orders", schema=SCHEMA)
                 print(
                     f"{'rows':>10} {'MB':>7} {'upload s':>9} {'process s':>9} {'total s':>8} "
                     f"{'rows/s':>9} "

@@ -26,9 +26,8 @@ import httpx
 import psycopg
 
 from bench.common import (
-    OPERATOR,
-    SECRET,
     bench_database,
+    data_tenant,
     production_server,
     report,
     request_script,
@@ -37,34 +36,10 @@ from bench.common import (
 )
 from bench.validate import SCHEMA, record
 
-AUDIENCE = "headwater-api"
-
-
-def token(url: str, client_id: str, secret: str) -> str:
-    body = {"client_id": client_id, "client_secret": secret, "audience": AUDIENCE}
-    response = httpx.post(url + "/oauth/token", json=body)
-    response.raise_for_status()
-    return str(response.json()["access_token"])
-
 
 def setup(url: str) -> tuple[dict[str, str], str]:
     """A company, an ingestion client, the 20-field dataset and a data credential."""
-    admin = {"Authorization": f"Bearer {token(url, OPERATOR, SECRET)}"}
-
-    def post(path: str, body: dict[str, Any]) -> Any:
-        response = httpx.post(url + path, json=body, headers=admin, timeout=30)
-        assert response.status_code == 201, response.text
-        return response.json()
-
-    company = post("/admin/v1/companies", {"name": "Bench"})["id"]
-    post(f"/admin/v1/companies/{company}/clients", {"client_id": "bench-crm", "name": "Bench"})
-    post("/admin/v1/clients/bench-crm/datasets", {"dataset_id": "events", "schema": SCHEMA})
-    credential = post(
-        f"/admin/v1/companies/{company}/credentials",
-        {"name": "bench", "scopes": ["data:write", "data:read"], "client_ids": []},
-    )
-    bearer = token(url, credential["client_id"], credential["client_secret"])
-    return {"Authorization": f"Bearer {bearer}"}, company
+    return data_tenant(url, dataset_id="events", schema=SCHEMA)
 
 
 def push_body(records: list[dict[str, Any]] | dict[str, Any]) -> str:
