@@ -55,19 +55,21 @@ class FileUnreadable(Exception):
 def rows(stream: BinaryIO, content_type: str, *, max_depth: int) -> Iterator[Row]:
     """The rows of a file of `content_type`; gzip is recognised by its magic number."""
     buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(Any, stream))
-    source: Any = buffered
+    parse = _PARSERS[content_type]
     if buffered.peek(2)[:2] == GZIP_MAGIC:
-        source = gzip.GzipFile(fileobj=buffered, mode="rb")
-    parse = {"text/csv": _csv, "application/json": _json, "application/x-ndjson": _ndjson}
-    produced = False
+        unzipped = cast(BinaryIO, gzip.GzipFile(fileobj=buffered, mode="rb"))
+        return _gunzipped(parse(unzipped, max_depth))
+    return parse(buffered, max_depth)
+
+
+def _gunzipped(parsed: Iterator[Row]) -> Iterator[Row]:
     try:
-        for row in parse[content_type](source, max_depth):
-            produced = True
-            yield row
+        yield from parsed
     except (gzip.BadGzipFile, EOFError, OSError) as exc:
         raise FileUnreadable(0, f"the gzip stream is corrupt or truncated ({exc})") from None
-    if not produced:
-        raise FileUnreadable(1, "the file holds no records")
+
+
+NO_RECORDS = "the file holds no records"
 
 
 # --- CSV ----------------------------------------------------------------------------------------
@@ -112,12 +114,15 @@ def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row]:
         header = _header(names)
         width = len(header)
         last = reader.line_num
+        produced = False
         for fields in reader:
             line = last + 1
             last = reader.line_num
             if len(fields) == width:
+                produced = True
                 yield Row(line, dict(zip(header, fields, strict=False)))  # widths checked
             elif fields:  # csv yields [] for a blank line
+                produced = True
                 yield Row(
                     line,
                     None,
@@ -127,6 +132,8 @@ def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row]:
                 )
     except csv.Error as exc:
         raise FileUnreadable(last + 1, f"CSV: {exc}") from None
+    if not produced:
+        raise FileUnreadable(last + 1, NO_RECORDS)
 
 
 # --- NDJSON -------------------------------------------------------------------------------------
@@ -140,9 +147,12 @@ def _record(value: Any, line: int, raw: str) -> Row:
 
 def _ndjson(stream: BinaryIO, max_depth: int) -> Iterator[Row]:
     line = 0
+    produced = False
     while True:
         raw = stream.readline(MAX_RECORD_BYTES + 1)
         if not raw:
+            if not produced:
+                raise FileUnreadable(1, NO_RECORDS)
             return
         line += 1
         if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
@@ -151,6 +161,7 @@ def _ndjson(stream: BinaryIO, max_depth: int) -> Iterator[Row]:
             raw = raw.removeprefix(codecs.BOM_UTF8)
         if not raw.strip():
             continue
+        produced = True
         try:
             value = strictjson.loads(raw, max_depth=max_depth)
         except strictjson.StrictJSONError as exc:
@@ -260,7 +271,7 @@ def _json(stream: BinaryIO, max_depth: int) -> Iterator[Row]:
     elif first == "[":
         text.advance(text.pos + 1)
         if text.skip_space() == "]":
-            text.advance(text.pos + 1)
+            raise FileUnreadable(text.line, NO_RECORDS)
         else:
             while True:
                 yield _value_row(text, max_depth)
@@ -288,3 +299,6 @@ def _value_row(text: _Text, max_depth: int) -> Row:
     if problem is not None:
         return Row(line, None, "json", problem, raw)
     return _record(value, line, raw)
+
+
+_PARSERS = {"text/csv": _csv, "application/json": _json, "application/x-ndjson": _ndjson}
