@@ -130,6 +130,12 @@ Copy and paste, in another terminal:
     -d '{{"client_id": "{data.ingestion_client}", "dataset_id": "{DEMO_DATASET}", "data": [{{"order_id": "A-1", "amount": "12.50", "placed_at": "2026-11-22T10:30:00+01:00"}}, {{"order_id": "A-2", "amount": 3}}]}}'; echo
   curl -s '{base_url}/platform/v1/data?client_id={data.ingestion_client}&dataset_id={DEMO_DATASET}' -H "Authorization: Bearer $TOKEN" -H 'Accept: application/x-ndjson'
   curl -s {base_url}/platform/v1/transactions -H "Authorization: Bearer $TOKEN"; echo
+
+  # a file: get an upload URL, PUT the CSV there, then follow its transaction
+  TICKET=$(curl -s '{base_url}/platform/v1/data/file_upload_url?client_id={data.ingestion_client}&dataset_id={DEMO_DATASET}&file_name=orders.csv&content_type=text/csv' -H "Authorization: Bearer $TOKEN")
+  field() {{ echo "$TICKET" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }}
+  printf 'order_id,amount\nF-1,7.50\nF-2,8\n' | curl -s -X PUT --data-binary @- -H 'Content-Type: text/csv' "$(field upload_url)"
+  sleep 1; curl -s {base_url}/platform/v1/transactions/$(field transaction_id) -H "Authorization: Bearer $TOKEN"; echo
   curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
   curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -d '{{"page": 0, "page_size": 3, "sort_by": "timestamp", "sort_direction": "desc", "filter": {{"action": "update"}}}}'; echo
