@@ -135,7 +135,7 @@ Copy and paste, in another terminal:
   TICKET=$(curl -s '{base_url}/platform/v1/data/file_upload_url?client_id={data.ingestion_client}&dataset_id={DEMO_DATASET}&file_name=orders.csv&content_type=text/csv' -H "Authorization: Bearer $TOKEN")
   field() {{ echo "$TICKET" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }}
   printf 'order_id,amount\nF-1,7.50\nF-2,8\n' | curl -s -X PUT --data-binary @- -H 'Content-Type: text/csv' "$(field upload_url)"
-  sleep 1; curl -s {base_url}/platform/v1/transactions/$(field transaction_id) -H "Authorization: Bearer $TOKEN"; echo
+  sleep 2; curl -s {base_url}/platform/v1/transactions/$(field transaction_id) -H "Authorization: Bearer $TOKEN"; echo
   curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
   curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -d '{{"page": 0, "page_size": 3, "sort_by": "timestamp", "sort_direction": "desc", "filter": {{"action": "update"}}}}'; echo

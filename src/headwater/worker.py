@@ -99,7 +99,9 @@ def job_settings(settings: Settings) -> processing.JobSettings:
 def process_one(runtime: Runtime, worker: str) -> bool:
     """Claim and process one file job; False when the queue is empty."""
     settings = job_settings(runtime.settings)
-    job_id = processing.claim_next(runtime.db, worker=worker, settings=settings)
+    job_id = processing.claim_next(
+        runtime.db, worker=worker, bucket=runtime.store.bucket, settings=settings
+    )
     if job_id is None:
         return False
     try:

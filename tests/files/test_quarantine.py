@@ -136,6 +136,7 @@ def test_quarantine_query_is_checked(quarantine_tenant: FileTenant) -> None:
 
 
 def test_uploads_that_never_come_expire(file_tenant: FileTenant) -> None:
+    run_worker(file_tenant.client)  # an empty queue to start from
     ticket = file_tenant.upload_url()
     runtime = file_tenant.client.app.state.runtime  # type: ignore[attr-defined]
     assert service.expire_uploads(runtime.db, grace=timedelta(seconds=0)) == 0

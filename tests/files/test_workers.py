@@ -140,12 +140,13 @@ def test_a_worker_killed_mid_file_leaves_a_job_that_runs_again_once(
 def test_a_claim_that_is_not_stale_is_left_alone(
     file_tenant: FileTenant, make_client: Callable[..., TestClient]
 ) -> None:
+    run_worker(file_tenant.client)  # an empty queue to start from
     transaction_id = uploaded(file_tenant, 10)
     runtime = runtime_of(file_tenant.client)
     settings = worker.job_settings(runtime.settings)
     from headwater.files import processing
 
-    job_id = processing.claim_next(runtime.db, worker="elsewhere", settings=settings)
+    job_id = processing.claim_next(runtime.db, worker="elsewhere", bucket="", settings=settings)
     assert job_id is not None
     assert run_worker(file_tenant.client) == 0  # claimed a moment ago by a live worker
     assert job_of(runtime, transaction_id)[0] == "running"
@@ -164,6 +165,7 @@ def test_a_job_that_keeps_failing_fails_its_transaction(
     file_tenant: FileTenant, make_client: Callable[..., TestClient], settings: Settings
 ) -> None:
     app = make_client(file_job_max_attempts=2)
+    run_worker(file_tenant.client)  # an empty queue to start from
     transaction_id = uploaded(file_tenant, 10)
     runtime = runtime_of(app)
     for stored_file in (settings.data_dir / "store" / "objects").iterdir():

@@ -208,9 +208,12 @@ def test_demo_prints_a_curl_sequence_that_works(tmp_path: Path) -> None:
             process.terminate()
             process.wait(timeout=15)
     assert done.returncode == 0, done.stderr
-    whoami, pushed, *records, transactions, categories, activity, clients = (
+    whoami, pushed, *records, transactions, uploaded, categories, activity, clients = (
         json.loads(line) for line in done.stdout.strip().splitlines()
     )
+    assert uploaded["kind"] == "file" and uploaded["file_name"] == "orders.csv"
+    assert uploaded["status"] == "completed", uploaded
+    assert uploaded["records_accepted"] == 2
     assert whoami["subject"] == "demo-client"
     assert pushed["status"] == "completed"
     assert [r["data"] for r in records] == [

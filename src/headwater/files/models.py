@@ -64,7 +64,7 @@ class FileJob(Base):
     __tablename__ = "file_jobs"
     __table_args__ = (
         UniqueConstraint("bucket", "object_key", "etag"),
-        Index(None, "state", "created_at"),
+        Index(None, "bucket", "state", "created_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)

@@ -75,19 +75,23 @@ class Tally:
 # --- claiming ---------------------------------------------------------------------------------
 
 
-def claim_next(db: Database, *, worker: str, settings: JobSettings) -> uuid.UUID | None:
-    """Take the oldest job that is queued, or running under a claim gone stale (its
-    worker died); None when there is none. A job past its attempts fails instead."""
+def claim_next(
+    db: Database, *, worker: str, bucket: str, settings: JobSettings
+) -> uuid.UUID | None:
+    """Take the oldest job of this store (`bucket`, "" for the embedded one) that is
+    queued, or running under a claim gone stale (its worker died); None when there is
+    none. A job past its attempts fails instead."""
     while True:
         now = utcnow_ms()
         with db.begin() as connection:
             row = connection.execute(
                 select(FileJob.id, FileJob.attempts, FileJob.file_id)
                 .where(
+                    FileJob.bucket == bucket,
                     or_(
                         FileJob.state == QUEUED,
                         and_(FileJob.state == RUNNING, FileJob.claimed_at < now - settings.stale),
-                    )
+                    ),
                 )
                 .order_by(FileJob.created_at)
                 .limit(1)

@@ -95,7 +95,7 @@ def upgrade() -> None:
     with op.batch_alter_table("file_jobs", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_file_jobs_file_id"), ["file_id"], unique=False)
         batch_op.create_index(
-            batch_op.f("ix_file_jobs_state"), ["state", "created_at"], unique=False
+            batch_op.f("ix_file_jobs_bucket"), ["bucket", "state", "created_at"], unique=False
         )
 
     with op.batch_alter_table("transactions", schema=None) as batch_op:
@@ -113,7 +113,7 @@ def downgrade() -> None:
         batch_op.drop_column("uploaded_at")
 
     with op.batch_alter_table("file_jobs", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_file_jobs_state"))
+        batch_op.drop_index(batch_op.f("ix_file_jobs_bucket"))
         batch_op.drop_index(batch_op.f("ix_file_jobs_file_id"))
 
     op.drop_table("file_jobs")
