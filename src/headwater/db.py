@@ -116,13 +116,13 @@ class Database:
         # Reads that change nothing need no transaction: on PostgreSQL that saves the
         # BEGIN and ROLLBACK round trips. SQLite reads use deferred transactions, so they
         # never wait for its one writer (a long file, say).
-        reader = (
-            make_engine(settings, for_reads=True)
-            if self.engine.dialect.name == "sqlite"
-            else self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._read_engine = (
+            make_engine(settings, for_reads=True) if self.engine.dialect.name == "sqlite" else None
         )
-        self.reader = reader
-        self.read_sessions = sessionmaker(reader, expire_on_commit=False)
+        self.reader = self._read_engine or self.engine.execution_options(
+            isolation_level="AUTOCOMMIT"
+        )
+        self.read_sessions = sessionmaker(self.reader, expire_on_commit=False)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -154,5 +154,5 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
-        if isinstance(self.reader, Engine) and self.reader is not self.engine:
-            self.reader.dispose()
+        if self._read_engine is not None:
+            self._read_engine.dispose()

@@ -121,8 +121,7 @@ def test_another_content_type_is_refused(file_tenant: FileTenant, content_type: 
 
 def test_an_expired_url_is_refused(file_tenant: FileTenant, make_client: Any) -> None:
     short = make_client(upload_url_lifetime_seconds=60)
-    tenant = FileTenant.__new__(FileTenant)
-    tenant.__dict__ |= file_tenant.__dict__ | {"client": short}
+    tenant = file_tenant.via(short)
     ticket = tenant.upload_url()
     expired_at = int(parse_qs(urlsplit(ticket["upload_url"]).query)["expires"][0])
     # a signature made with the store's key for a time in the past
@@ -148,8 +147,7 @@ def test_over_the_limit_is_413_while_streaming_and_leaves_nothing(
     file_tenant: FileTenant, make_client: Any, settings: Settings
 ) -> None:
     small = make_client(max_file_bytes=1000)
-    tenant = FileTenant.__new__(FileTenant)
-    tenant.__dict__ |= file_tenant.__dict__ | {"client": small}
+    tenant = file_tenant.via(small)
     ticket = tenant.upload_url()
     parts = urlsplit(ticket["upload_url"])
 

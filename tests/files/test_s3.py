@@ -61,13 +61,6 @@ def s3_app(make_client: Callable[..., TestClient], s3_endpoint: str, bucket: str
     return make
 
 
-def on(tenant: FileTenant, client: TestClient) -> FileTenant:
-    """The same tenant, calling another app (same database)."""
-    moved = FileTenant.__new__(FileTenant)
-    moved.__dict__ |= tenant.__dict__ | {"client": client}
-    return moved
-
-
 def put(ticket: dict[str, Any], body: bytes) -> httpx.Response:
     return httpx.put(ticket["upload_url"], content=body, headers=ticket["headers"], timeout=30)
 
@@ -105,7 +98,7 @@ def test_presigned_put_then_notification_processes_once(
     file_tenant: FileTenant, s3_app: Any, bucket: str, s3_endpoint: str
 ) -> None:
     app = s3_app()
-    tenant = on(file_tenant, app)
+    tenant = file_tenant.via(app)
     ticket = tenant.upload_url(file_name="../../etc/passwd")
     assert ticket["upload_url"].startswith(f"{s3_endpoint}/{bucket}/uploads/")
     assert "passwd" not in ticket["upload_url"]
@@ -136,7 +129,7 @@ def test_the_poller_notices_uploads_without_notifications(
     file_tenant: FileTenant, s3_app: Any
 ) -> None:
     app = s3_app()
-    tenant = on(file_tenant, app)
+    tenant = file_tenant.via(app)
     ticket = tenant.upload_url("application/x-ndjson", file_name="o.ndjson")
     assert put(ticket, b'{"order_id": "P-1", "amount": 1}\n').status_code == 200
     runtime = app.app.state.runtime  # type: ignore[attr-defined]
@@ -154,7 +147,7 @@ def test_an_object_over_the_limit_is_refused_before_processing(
     file_tenant: FileTenant, s3_app: Any, bucket: str, s3_endpoint: str
 ) -> None:
     app = s3_app(max_file_bytes=100)
-    tenant = on(file_tenant, app)
+    tenant = file_tenant.via(app)
     ticket = tenant.upload_url()
     assert put(ticket, BODY).status_code == 200  # S3 cannot cap a presigned PUT
     assert notify(app, event(bucket, key_of(ticket))).json() == {"queued": 1}
@@ -172,7 +165,7 @@ def test_an_object_of_another_content_type_is_refused(
     file_tenant: FileTenant, s3_app: Any, bucket: str
 ) -> None:
     app = s3_app()
-    tenant = on(file_tenant, app)
+    tenant = file_tenant.via(app)
     ticket = tenant.upload_url()
     # moto accepts a PUT whose Content-Type differs from the signed one; the platform not
     response = httpx.put(ticket["upload_url"], content=BODY, headers={"Content-Type": "text/plain"})
@@ -189,12 +182,12 @@ def test_notifications_need_the_shared_secret(
     file_tenant: FileTenant, s3_app: Any, bucket: str, secret: str
 ) -> None:
     app = s3_app()
-    ticket = on(file_tenant, app).upload_url()
+    ticket = file_tenant.via(app).upload_url()
     assert put(ticket, BODY).status_code == 200
     response = notify(app, event(bucket, key_of(ticket)), secret=secret)
     assert response.status_code == 401
     assert SECRET not in response.text
-    assert on(file_tenant, app).transaction(ticket["transaction_id"])["status"] == (
+    assert file_tenant.via(app).transaction(ticket["transaction_id"])["status"] == (
         "awaiting_upload"
     )
 

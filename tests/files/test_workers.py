@@ -191,7 +191,7 @@ def test_serve_processes_uploads_by_itself_over_real_http(
 ) -> None:
     import httpx
 
-    from tests.factories import OPERATOR_ID, OPERATOR_SECRET
+    from tests.factories import OPERATOR_ID, OPERATOR_SECRET, auth, get_token
     from tests.http_server import running_server
     from tests.ingestion.conftest import SCHEMA
 
@@ -204,7 +204,7 @@ def test_serve_processes_uploads_by_itself_over_real_http(
     if database_url:
         env["HEADWATER_DATABASE_URL"] = database_url
     with running_server(env) as base, httpx.Client(base_url=base, timeout=30) as http:
-        admin = _token(http, OPERATOR_ID, OPERATOR_SECRET)
+        admin = auth(get_token(http, OPERATOR_ID, OPERATOR_SECRET))
         company = http.post("/admin/v1/companies", json={"name": "Real"}, headers=admin).json()
         client_id = f"crm-{os.urandom(4).hex()}"
         http.post(
@@ -222,7 +222,7 @@ def test_serve_processes_uploads_by_itself_over_real_http(
             json={"name": "d", "scopes": ["data:read", "data:write"]},
             headers=admin,
         ).json()
-        headers = _token(http, credential["client_id"], credential["client_secret"])
+        headers = auth(get_token(http, credential["client_id"], credential["client_secret"]))
         ticket = http.get(
             "/platform/v1/data/file_upload_url",
             params={
@@ -277,15 +277,6 @@ def test_serve_processes_uploads_by_itself_over_real_http(
             second["upload_url"], content=b"order_id,amount\nB,2\n", headers=second["headers"]
         )
         assert again.status_code == 200
-
-
-def _token(http: Any, client_id: str, secret: str) -> dict[str, str]:
-    answer = http.post(
-        "/oauth/token",
-        json={"client_id": client_id, "client_secret": secret, "audience": "headwater-api"},
-    )
-    answer.raise_for_status()
-    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
 
 
 def _cut_off_put(url: str, *, declared: int, sent: bytes) -> None:

@@ -113,7 +113,7 @@ def claim_next(
                         status="failed",
                         completed_at=now,
                         error_count=1,
-                        errors=[_file_error(0, 0, f"processing failed {row.attempts} times")],
+                        errors=[file_error(0, 0, f"processing failed {row.attempts} times")],
                     )
                 )
                 log.error("file job failed for good", job=str(row.id), attempts=row.attempts)
@@ -145,7 +145,8 @@ def _finish(connection: Connection, job_id: Any, *, now: Any) -> None:
     )
 
 
-def _file_error(record: int, line: int, message: str) -> dict[str, Any]:
+def file_error(record: int, line: int, message: str) -> dict[str, Any]:
+    """An error about the whole file (keyword `file`), in the shape of a record error."""
     return {"record": record, "line": line, "path": "", "keyword": "file", "message": message}
 
 
@@ -164,48 +165,47 @@ def run_job(
         ).one_or_none()
         if job is None:
             return False
-        upload = connection.execute(
-            select(FileUpload.transaction_id, FileUpload.object_key, FileUpload.content_type).where(
-                FileUpload.id == job.file_id
+        target = connection.execute(
+            select(
+                FileUpload.transaction_id,
+                FileUpload.object_key,
+                FileUpload.content_type,
+                Transaction.company_id,
+                Dataset.id.label("dataset_pk"),
+                Dataset.schema_version,
+                Dataset.options,
             )
-        ).one()
-        transaction = connection.execute(
-            select(Transaction.company_id, Transaction.dataset_pk).where(
-                Transaction.id == upload.transaction_id
-            )
-        ).one()
-        dataset = connection.execute(
-            select(Dataset.id, Dataset.schema_version, Dataset.options).where(
-                Dataset.id == transaction.dataset_pk
-            )
+            .join(Transaction, Transaction.id == FileUpload.transaction_id)
+            .join(Dataset, Dataset.id == Transaction.dataset_pk)
+            .where(FileUpload.id == job.file_id)
         ).one()
         file = _File(
             connection,
-            transaction_id=upload.transaction_id,
-            company_id=transaction.company_id,
-            dataset_pk=dataset.id,
-            version=dataset.schema_version,
-            quarantine=dataset.options.get("invalid_rows") == "quarantine",
+            transaction_id=target.transaction_id,
+            company_id=target.company_id,
+            dataset_pk=target.dataset_pk,
+            version=target.schema_version,
+            quarantine=target.options.get("invalid_rows") == "quarantine",
             batch_rows=settings.batch_rows,
         )
         check = datasets.compiled(
             connection,
-            dataset_pk=dataset.id,
-            version=dataset.schema_version,
-            options=dataset.options,
+            dataset_pk=target.dataset_pk,
+            version=target.schema_version,
+            options=target.options,
             coerce=True,
         )
-        with store.open(upload.object_key) as stream:
+        with store.open(target.object_key) as stream:
             outcome = file.process(
-                parsers.rows(stream, upload.content_type, max_depth=settings.max_depth), check
+                parsers.rows(stream, target.content_type, max_depth=settings.max_depth), check
             )
         now = utcnow_ms()
         connection.execute(
             update(Transaction)
-            .where(Transaction.id == upload.transaction_id)
+            .where(Transaction.id == target.transaction_id)
             .values(
                 status=outcome,
-                schema_version=dataset.schema_version,
+                schema_version=target.schema_version,
                 completed_at=now,
                 **file.tally.columns(),
             )
@@ -213,7 +213,7 @@ def run_job(
         _finish(connection, job_id, now=now)
     log.info(
         "file processed",
-        transaction_id=str(upload.transaction_id),
+        transaction_id=str(target.transaction_id),
         status=outcome,
         received=file.tally.received,
         accepted=file.tally.accepted,
@@ -264,7 +264,7 @@ class _File:
             tally = self.tally
             tally.accepted = 0
             tally.error_count += 1
-            tally.errors.insert(0, _file_error(tally.received, exc.line, exc.message))
+            tally.errors.insert(0, file_error(tally.received, exc.line, exc.message))
             del tally.errors[validation.MAX_LISTED_ERRORS :]
             return "rejected"
         except BaseException:

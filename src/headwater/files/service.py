@@ -37,7 +37,7 @@ from headwater.files.models import (
     FileUpload,
     QuarantinedRow,
 )
-from headwater.files.processing import MAX_ROW_ERRORS, Tally
+from headwater.files.processing import MAX_ROW_ERRORS, Tally, file_error
 from headwater.files.schemas import QuarantineQuery, UploadUrl, UploadUrlQuery
 from headwater.files.stores import EmbeddedStore, Incoming, Store
 from headwater.identity.tokens import Principal
@@ -54,6 +54,11 @@ log = structlog.get_logger("headwater.files")
 WRITE_PIECE = 1024 * 1024  # PUT bodies reach the disk in pieces of this size
 
 
+def _media_type(content_type: str | None) -> str:
+    """`text/CSV; charset=utf-8` → `text/csv`: how content types are compared here."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
 # --- upload URL -------------------------------------------------------------------------------
 
 
@@ -61,7 +66,7 @@ def create_upload_url(
     session: Session, caller: Principal, query: UploadUrlQuery, *, store: Store, settings: Settings
 ) -> UploadUrl:
     """A file transaction in `awaiting_upload` and the URL its file goes to."""
-    content_type = query.content_type.split(";", 1)[0].strip().lower()
+    content_type = _media_type(query.content_type)
     if content_type not in parsers.CONTENT_TYPES:
         raise UnsupportedFileType(query.content_type)
     datasets.usable_client(session, caller, query.client_id)
@@ -167,7 +172,7 @@ def _refuse(connection: Connection, upload: Any, *, size: int | None, message: s
         .values(state=REFUSED, size=size, uploaded_at=now)
     ).rowcount
     if moved:
-        error = {"record": 0, "line": 0, "path": "", "keyword": "file", "message": message}
+        error = file_error(0, 0, message)
         connection.execute(
             update(Transaction)
             .where(Transaction.id == upload.transaction_id)
@@ -234,7 +239,7 @@ def _check_put(db: Database, store: EmbeddedStore, put: SignedPut) -> Any:
         raise UploadRefused("The URL's signature does not match.")
     if int(put.expires) < utcnow().timestamp():
         raise UploadRefused("The upload URL has expired; ask for a new one.")
-    given = (put.content_type or "").split(";", 1)[0].strip().lower()
+    given = _media_type(put.content_type)
     if given != upload.content_type:
         raise UploadRefused(
             f"Content-Type {put.content_type or '(none)'!r} is not the signed "
@@ -331,7 +336,7 @@ def notice_object(db: Database, store: Store, *, bucket: str, key: str) -> bool:
     info = store.head(key)
     if info is None:
         return False
-    given = (info.content_type or "").split(";", 1)[0].strip().lower()
+    given = _media_type(info.content_type)
     with db.begin() as connection:
         if info.size > upload.max_bytes:
             _refuse(

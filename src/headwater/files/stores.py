@@ -18,6 +18,7 @@ from typing import Any, BinaryIO, Protocol, cast
 from urllib.parse import urlencode
 
 from headwater.config import Settings
+from headwater.kit.clock import utcnow
 
 UPLOAD_PATH = "/uploads/"
 _KEY = re.compile(r"^[0-9a-f]{32}$")
@@ -225,8 +226,6 @@ class S3Store:
     def upload_url(
         self, *, key: str, content_type: str, max_bytes: int, expires_at: datetime
     ) -> str:
-        from headwater.kit.clock import utcnow
-
         lifetime = max(1, int((expires_at - utcnow()).total_seconds()))
         url: str = self.client.generate_presigned_url(
             "put_object",
