@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 import psycopg
-from tests.http_server import free_port
+from tests.http_server import free_port, wait_healthy
 
 from bench.common import bench_database, data_tenant, server_env
 
@@ -83,20 +83,6 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(log.read_text())
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("the server did not start:\n" + log.read_text())
 
 
 def ingest(url: str, headers: dict[str, str], rows: int) -> dict[str, float]:
@@ -168,7 +154,7 @@ def main() -> None:
         api_log, worker_log = Path(data) / "api.log", Path(data) / "worker.log"
         api = start(["serve", "--port", str(port)], env | {"HEADWATER_FILE_WORKERS": "0"}, api_log)
         try:
-            wait_ready(url, api, api_log)
+            wait_healthy(url, api, api_log)
             worker = start(["worker"], env | {"HEADWATER_FILE_POLL_SECONDS": "0.2"}, worker_log)
             try:
                 headers, _company = data_tenant(url, dataset_id="orders", schema=SCHEMA)

@@ -20,6 +20,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait (up to 60 s) until the server at `base` answers /healthz; raise with its log
+    if it exits or never answers."""
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError("server exited:\n" + log.read_text())
+        try:
+            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("server did not start:\n" + log.read_text())
+        time.sleep(0.1)
+
+
 @contextmanager
 def running_server(env: dict[str, str], *args: str) -> Iterator[str]:
     """Start `headwater serve`, wait for /healthz, yield its base URL, stop it.
@@ -40,18 +57,7 @@ def running_server(env: dict[str, str], *args: str) -> Iterator[str]:
         )
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError("server exited:\n" + log.read_text())
-                try:
-                    if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("server did not start:\n" + log.read_text())
-                time.sleep(0.1)
+            wait_healthy(base, process, log)
             yield base
         finally:
             process.terminate()
