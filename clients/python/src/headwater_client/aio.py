@@ -1,0 +1,374 @@
+"""The asyncio client: the same operations as `Client`, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from headwater_client import _calls as calls
+from headwater_client._base import BaseClient
+from headwater_client._batches import Batch, Batcher
+from headwater_client._calls import Call
+from headwater_client._retry import Attempts
+from headwater_client.errors import (
+    APIError,
+    ConnectionFailed,
+    PayloadTooLarge,
+    RecordsInvalid,
+    WaitTimeout,
+    error_from_response,
+)
+from headwater_client.files import CHUNK_BYTES
+from headwater_client.filters import DateTime, Match
+from headwater_client.models import (
+    ActivityEntry,
+    BatchResult,
+    Category,
+    Dataset,
+    PushResult,
+    Record,
+    Template,
+    Token,
+    Transaction,
+    WhoAmI,
+    Workflow,
+    WorkflowTask,
+)
+from headwater_client.pagination import AsyncPager
+
+T = TypeVar("T")
+
+Progress = Callable[[int, int], None]
+
+
+async def _chunks(path: Path, progress: Progress | None) -> AsyncIterator[bytes]:
+    total = path.stat().st_size
+    sent = 0
+    with path.open("rb") as source:
+        while piece := await asyncio.to_thread(source.read, CHUNK_BYTES):
+            yield piece
+            sent += len(piece)
+            if progress is not None:
+                progress(sent, total)
+
+
+async def _each(records: Iterable[Any] | AsyncIterable[Any]) -> AsyncIterator[Any]:
+    if isinstance(records, AsyncIterable):
+        async for record in records:
+            yield record
+    else:
+        for record in records:
+            yield record
+
+
+class AsyncClient(BaseClient):
+    """A Headwater API client for asyncio; see `Client` for what it does. Tasks waiting
+    for a token share one request."""
+
+    def __init__(
+        self,
+        url: str,
+        client_id: str,
+        client_secret: str,
+        *,
+        http_client: httpx.AsyncClient | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(url, client_id, client_secret, **options)
+        self._http = http_client or httpx.AsyncClient(timeout=self.timeout)
+        self._token_lock = asyncio.Lock()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _send(self, call: Call[T]) -> T:
+        attempts = Attempts(self.retry, call.describe(), authenticated=call.auth)
+        while True:
+            token = (await self.token()).access_token if call.auth else None
+            request = self._http.build_request(**self._request(call, token))
+            try:
+                response = await self._http.send(request, stream=call.stream)
+            except httpx.TransportError as exc:
+                await asyncio.sleep(attempts.after_error(exc))
+                continue
+            again = attempts.after_response(response)
+            if again is None:
+                if response.is_error:
+                    await response.aread()
+                    await response.aclose()
+                    raise error_from_response(response)
+                return call.parse(response)
+            await response.aclose()
+            if again.refresh and token is not None:
+                self._tokens.discard(token)
+            await asyncio.sleep(again.delay)
+
+    async def token(self) -> Token:
+        """The cached access token, fetched or renewed first when due."""
+        current = self._tokens.current()
+        if current is not None:
+            return current
+        async with self._token_lock:
+            current = self._tokens.current()  # another task may have renewed it
+            if current is not None:
+                return current
+            requested_at = time.monotonic()
+            answer = await self._send(self._token_call)
+            return self._tokens.store(answer, requested_at=requested_at)
+
+    async def whoami(self) -> WhoAmI:
+        return await self._send(calls.whoami())
+
+    async def push(
+        self,
+        client_id: str,
+        dataset_id: str,
+        records: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> PushResult:
+        """As `Client.push`; `records` may also be an async iterable."""
+        key = self._push_key(idempotency_key)
+        batcher = self._batcher(client_id, dataset_id)
+        done: list[BatchResult] = []
+
+        async def send(batch: Batch | None) -> None:
+            if batch is not None:
+                await self._push_batch(batch, key, batcher, done)
+                if progress is not None:
+                    progress(batch.first_record + batch.count)
+
+        index = 0
+        async for record in _each(records):
+            await send(batcher.add(index, record))
+            index += 1
+        await send(batcher.flush())
+        return PushResult(done)
+
+    async def _push_batch(
+        self, batch: Batch, key: str, batcher: Batcher, done: list[BatchResult]
+    ) -> None:
+        try:
+            done.append(await self._send(calls.push(batch, key=batch.idempotency_key(key))))
+        except PayloadTooLarge as exc:
+            if batch.count == 1:
+                raise
+            batcher.shrink(batch, code=exc.code)
+            for half in batch.halves():
+                await self._push_batch(half, key, batcher, done)
+        except RecordsInvalid as exc:
+            raise self._rejected(exc, batch.first_record, done) from None
+
+    async def upload_file(
+        self,
+        path: str | Path,
+        client_id: str,
+        dataset_id: str,
+        content_type: str | None = None,
+        *,
+        file_name: str | None = None,
+        progress: Progress | None = None,
+        wait: bool = False,
+        timeout: float = 3600.0,
+    ) -> Transaction:
+        """As `Client.upload_file`."""
+        upload = self._upload(path, content_type, file_name)
+        ticket = await self._send(
+            calls.upload_ticket(
+                client_id=client_id,
+                dataset_id=dataset_id,
+                file_name=upload.file_name,
+                content_type=upload.content_type,
+            )
+        )
+        put = calls.put_file(
+            ticket, size=upload.size, content=lambda: _chunks(upload.path, progress)
+        )
+        try:
+            await self._send(put)
+        except APIError as exc:
+            if not self._arrived(exc, await self.get_transaction(ticket.transaction_id)):
+                raise
+        if wait:
+            return await self.wait_for_transaction(ticket.transaction_id, timeout=timeout)
+        return await self.get_transaction(ticket.transaction_id)
+
+    async def wait_for_transaction(
+        self, transaction_id: str, *, timeout: float = 3600.0
+    ) -> Transaction:
+        deadline = time.monotonic() + timeout
+        for delay in self._poll_delays():
+            transaction = await self.get_transaction(transaction_id)
+            if transaction.finished:
+                return transaction
+            if time.monotonic() + delay > deadline:
+                raise WaitTimeout(
+                    f"transaction {transaction_id} is still {transaction.status} "
+                    f"after {timeout:g} s"
+                )
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def get_transaction(self, transaction_id: str) -> Transaction:
+        return await self._send(calls.transaction(transaction_id))
+
+    def list_transactions(
+        self,
+        *,
+        client_id: str | None = None,
+        dataset_id: str | None = None,
+        status: str | None = None,
+        created_after: DateTime | None = None,
+        created_before: DateTime | None = None,
+        page_size: int = 100,
+    ) -> AsyncPager[Transaction]:
+        params = calls.query(
+            client_id=client_id,
+            dataset_id=dataset_id,
+            status=status,
+            created_after=created_after,
+            created_before=created_before,
+            page_size=page_size,
+        )
+        return AsyncPager(self._send, lambda number: calls.transactions(number, params))
+
+    def list_records(
+        self,
+        client_id: str,
+        dataset_id: str,
+        *,
+        transaction_id: str | None = None,
+        ingested_after: DateTime | None = None,
+        ingested_before: DateTime | None = None,
+        filter: Mapping[str, str | int | float | bool] | None = None,
+        page_size: int = 100,
+    ) -> AsyncPager[Record]:
+        params = self._record_params(
+            client_id,
+            dataset_id,
+            transaction_id,
+            ingested_after,
+            ingested_before,
+            filter,
+            page_size,
+        )
+        return AsyncPager(self._send, lambda number: calls.records(number, params))
+
+    async def stream_records(
+        self,
+        client_id: str,
+        dataset_id: str,
+        *,
+        transaction_id: str | None = None,
+        ingested_after: DateTime | None = None,
+        ingested_before: DateTime | None = None,
+        filter: Mapping[str, str | int | float | bool] | None = None,
+    ) -> AsyncIterator[Record]:
+        """Every matching record, streamed (NDJSON) with constant memory."""
+        params = self._record_params(
+            client_id, dataset_id, transaction_id, ingested_after, ingested_before, filter
+        )
+        response = await self._send(calls.record_stream(params))
+        try:
+            async for line in response.aiter_lines():
+                if line:
+                    yield Record.from_json(json.loads(line))
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"the record stream broke off: {exc}") from exc
+        finally:
+            await response.aclose()
+
+    async def get_dataset(self, dataset_id: str, *, client_id: str) -> Dataset:
+        return await self._send(calls.dataset(dataset_id, client_id))
+
+    def list_datasets(
+        self, *, client_id: str | None = None, page_size: int = 100
+    ) -> AsyncPager[Dataset]:
+        params = calls.query(client_id=client_id, page_size=page_size)
+        return AsyncPager(self._send, lambda number: calls.datasets(number, params))
+
+    async def get_category(self, category_id: str) -> Category:
+        return await self._send(calls.category(category_id))
+
+    def list_categories(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        sort_by: str | None = None,
+        sort_direction: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncPager[Category]:
+        params = calls.query(
+            name=name,
+            description=description,
+            sort_by=sort_by,
+            sort_direction=sort_direction,
+            page_size=page_size,
+        )
+        return AsyncPager(self._send, lambda number: calls.categories(number, params))
+
+    async def get_template(self, template_id: str) -> Template:
+        return await self._send(calls.template(template_id))
+
+    def list_templates(
+        self, *, category_id: str | None = None, page_size: int = 100
+    ) -> AsyncPager[Template]:
+        params = calls.query(category_id=category_id, page_size=page_size)
+        return AsyncPager(self._send, lambda number: calls.templates(number, params))
+
+    async def get_workflow(self, workflow_id: str) -> Workflow:
+        return await self._send(calls.workflow(workflow_id))
+
+    async def get_workflow_task(self, workflow_action_id: str) -> WorkflowTask:
+        return await self._send(calls.workflow_task(workflow_action_id))
+
+    def list_workflow_tasks(
+        self, workflow_id: str, *, page_size: int = 100
+    ) -> AsyncPager[WorkflowTask]:
+        params = calls.query(workflow_id=workflow_id, page_size=page_size)
+        return AsyncPager(self._send, lambda number: calls.workflow_tasks(number, params))
+
+    def search_activities(
+        self,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        resource_type: Match | None = None,
+        resource_id: Match | None = None,
+        author_id: Match | None = None,
+        action: Match | None = None,
+        timestamp: Mapping[str, DateTime] | None = None,
+        sort_by: str = "timestamp",
+        sort_direction: str = "desc",
+        page_size: int = 100,
+    ) -> AsyncPager[ActivityEntry]:
+        body = self._activity_body(
+            filter,
+            sort_by,
+            sort_direction,
+            page_size,
+            {
+                "resource_type": resource_type,
+                "resource_id": resource_id,
+                "author_id": author_id,
+                "action": action,
+                "timestamp": timestamp,
+            },
+        )
+        return AsyncPager(self._send, lambda number: calls.activities(number, body))

@@ -1,0 +1,502 @@
+"""`headwater-client`: the API from a shell.
+
+Credentials come from HEADWATER_URL, HEADWATER_CLIENT_ID, HEADWATER_CLIENT_SECRET (and
+HEADWATER_AUDIENCE, HEADWATER_AUTH_URL), or from a profile file (`--profile`, see
+`headwater_client.config`). Results go to stdout, progress and errors to stderr.
+
+Exit codes: 0 done; 1 the service refused the request, or a file or push was rejected;
+2 bad usage or configuration; 3 credentials refused (401) or not allowed (403);
+4 the service could not be reached or stayed unavailable; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from itertools import islice
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from headwater_client import filters
+from headwater_client._batches import InvalidRecord
+from headwater_client.client import Client
+from headwater_client.config import Credentials
+from headwater_client.errors import (
+    APIError,
+    AuthenticationError,
+    ConfigurationError,
+    ConnectionFailed,
+    HeadwaterError,
+    PermissionDenied,
+    PushRejected,
+    RateLimited,
+    ServiceUnavailable,
+    WaitTimeout,
+)
+from headwater_client.files import read_records
+from headwater_client.models import PushResult, Resource, Transaction
+
+OK, REFUSED, USAGE, ACCESS, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
+SHOWN_ERRORS = 20
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+
+class Failed(Exception):
+    """A command that ran but whose outcome is a failure (a rejected file...)."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        with _client(args) as client:
+            args.run(client, args)
+        return OK
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return INTERRUPTED
+    except BaseException as exc:
+        return _report(exc)
+
+
+def _report(exc: BaseException) -> int:
+    """Print what went wrong; answer the exit code."""
+    if isinstance(exc, PushRejected):
+        _print_push_rejected(exc)
+        return REFUSED
+    if isinstance(exc, APIError):
+        err.print(f"[red]error:[/] {exc}")
+        for error in exc.errors[:SHOWN_ERRORS]:
+            where = error.get("path") or error.get("loc") or error.get("parameter") or ""
+            err.print(f"  {where}: {error.get('message') or error.get('msg') or error}")
+        if isinstance(exc, AuthenticationError | PermissionDenied):
+            return ACCESS
+        if isinstance(exc, RateLimited | ServiceUnavailable):
+            return UNREACHABLE
+        return REFUSED
+    if isinstance(exc, ConnectionFailed | WaitTimeout):
+        err.print(f"[red]error:[/] {exc}")
+        return UNREACHABLE
+    if isinstance(exc, ConfigurationError):
+        err.print(f"[red]error:[/] {exc}")
+        return USAGE
+    if isinstance(exc, Failed | InvalidRecord | HeadwaterError | OSError):
+        err.print(f"[red]error:[/] {exc}")
+        return REFUSED
+    raise exc
+
+
+def _client(args: argparse.Namespace) -> Client:
+    environ = dict(os.environ)
+    if args.url:
+        environ["HEADWATER_URL"] = args.url
+    found = Credentials.load(args.profile, environ=environ)
+    return Client(
+        found.url,
+        found.client_id,
+        found.client_secret,
+        audience=found.audience,
+        auth_url=found.auth_url,
+        scope=found.scope,
+    )
+
+
+def _progress(*columns: Any) -> Progress:
+    return Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
+
+
+def _print_json(value: Any) -> None:
+    text = json.dumps(value, default=str)
+    if out.is_terminal:
+        out.print_json(text, indent=2)
+    else:
+        print(text)
+
+
+def _fields(resource: Resource, *names: str, title: str | None = None) -> None:
+    table = Table(show_header=False, title=title, title_justify="left", box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    for name in names:
+        value = resource.to_json().get(name)
+        table.add_row(name, "" if value is None else str(value))
+    out.print(table)
+
+
+def _rows(items: Iterable[Resource], columns: Sequence[str], *, as_json: bool) -> None:
+    if as_json:  # one JSON object a line
+        for item in items:
+            print(json.dumps(item.to_json()))
+        return
+    table = Table(*columns)
+    for item in items:
+        raw = item.to_json()
+        table.add_row(*("" if raw.get(c) is None else str(raw.get(c)) for c in columns))
+    out.print(table)
+
+
+def _limited(items: Iterable[Any], limit: int) -> Iterator[Any]:
+    return iter(items) if limit == 0 else islice(items, limit)
+
+
+# Commands
+
+
+def cmd_token(client: Client, args: argparse.Namespace) -> None:
+    token = client.token()
+    if args.json:
+        _print_json(token.to_json())
+    else:
+        print(token.access_token)
+
+
+def cmd_whoami(client: Client, args: argparse.Namespace) -> None:
+    me = client.whoami()
+    if args.json:
+        _print_json(me.to_json())
+    else:
+        _fields(me, "subject", "company_id", "author_id", "scopes", "client_ids")
+
+
+def cmd_push(client: Client, args: argparse.Namespace) -> None:
+    records = read_records(args.file, format=args.format)
+    with _progress(SpinnerColumn(), TextColumn("{task.completed:,.0f} records committed")) as bar:
+        task = bar.add_task("push", total=None)
+        result = client.push(
+            args.client_id,
+            args.dataset_id,
+            records,
+            idempotency_key=args.idempotency_key,
+            progress=lambda committed: bar.update(task, completed=committed),
+        )
+    _print_push(result, as_json=args.json)
+
+
+def _print_push(result: PushResult, *, as_json: bool) -> None:
+    if as_json:
+        _print_json({"records_accepted": result.records_accepted, "batches": _batches(result)})
+        return
+    out.print(
+        f"pushed {result.records_accepted:,} records in {len(result.batches)} "
+        f"batch{'es' if len(result.batches) != 1 else ''}"
+    )
+    table = Table("transaction_id", "first_record", "records", "replayed")
+    for batch in result.batches:
+        table.add_row(
+            batch.transaction_id,
+            str(batch.first_record),
+            str(batch.records_accepted),
+            "yes" if batch.replayed else "",
+        )
+    out.print(table)
+
+
+def _batches(result: PushResult) -> list[dict[str, Any]]:
+    return [
+        {**b.to_json(), "first_record": b.first_record, "replayed": b.replayed}
+        for b in result.batches
+    ]
+
+
+def _print_push_rejected(exc: PushRejected) -> None:
+    err.print(
+        f"[red]rejected:[/] {exc.error_count} error(s) in the batch starting at record "
+        f"{exc.first_record} (transaction {exc.transaction_id}); nothing of that batch was "
+        f"stored. {sum(b.records_accepted for b in exc.committed):,} records in "
+        f"{len(exc.committed)} earlier batch(es) were committed."
+    )
+    for error in exc.record_errors[:SHOWN_ERRORS]:
+        err.print(f"  record {error.record} {error.path or '/'}: {error.message} ({error.keyword})")
+    if exc.error_count > SHOWN_ERRORS:
+        err.print(f"  ... and {exc.error_count - SHOWN_ERRORS} more")
+
+
+def cmd_upload(client: Client, args: argparse.Namespace) -> None:
+    with _progress(
+        TextColumn("uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn()
+    ) as bar:
+        task = bar.add_task("upload", total=None)
+        transaction = client.upload_file(
+            args.file,
+            args.client_id,
+            args.dataset_id,
+            args.content_type,
+            progress=lambda sent, total: bar.update(task, completed=sent, total=total),
+        )
+    if not args.no_wait:
+        waiting: AbstractContextManager[Any] = (
+            err.status(f"processing (transaction {transaction.transaction_id})")
+            if err.is_terminal
+            else nullcontext()
+        )
+        with waiting:
+            transaction = client.wait_for_transaction(
+                transaction.transaction_id, timeout=args.timeout
+            )
+    _print_transaction(transaction, as_json=args.json)
+    if transaction.finished and transaction.status != "completed":
+        raise Failed(f"the file was {transaction.status}")
+
+
+def _print_transaction(transaction: Transaction, *, as_json: bool) -> None:
+    if as_json:
+        _print_json(transaction.to_json())
+        return
+    names = ["transaction_id", "kind", "status", "client_id", "dataset_id", "schema_version"]
+    names += ["records_received", "records_accepted", "records_rejected", "error_count"]
+    if transaction.kind == "file":
+        names += ["file_name", "file_size", "content_type", "uploaded_at", "started_at"]
+    _fields(transaction, *names, "created_at", "completed_at")
+    if transaction.errors:
+        table = Table("line", "record", "path", "keyword", "message", title="errors")
+        for error in transaction.errors[:SHOWN_ERRORS]:
+            line = "" if error.line is None else str(error.line)
+            table.add_row(line, str(error.record), error.path, error.keyword, error.message)
+        out.print(table)
+        if transaction.error_count > SHOWN_ERRORS:
+            out.print(f"... and {transaction.error_count - SHOWN_ERRORS} more")
+
+
+def cmd_transactions_show(client: Client, args: argparse.Namespace) -> None:
+    _print_transaction(client.get_transaction(args.transaction_id), as_json=args.json)
+
+
+def cmd_transactions_list(client: Client, args: argparse.Namespace) -> None:
+    pager = client.list_transactions(
+        client_id=args.client_id,
+        dataset_id=args.dataset_id,
+        status=args.status,
+        created_after=args.created_after,
+        created_before=args.created_before,
+    )
+    columns = ["transaction_id", "kind", "status", "client_id", "dataset_id", "created_at"]
+    _rows(_limited(pager, args.limit), [*columns, "records_accepted"], as_json=args.json)
+
+
+def cmd_records_export(client: Client, args: argparse.Namespace) -> None:
+    lines = client.stream_record_lines(
+        args.client_id,
+        args.dataset_id,
+        transaction_id=args.transaction_id,
+        ingested_after=args.ingested_after,
+        ingested_before=args.ingested_before,
+        filter=args.filter,
+    )
+    target = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
+    count = 0
+    try:
+        for line in lines:
+            target.write(line + b"\n")
+            count += 1
+    finally:
+        target.flush()
+        if target is not sys.stdout.buffer:
+            target.close()
+    err.print(f"exported {count:,} records")
+
+
+def cmd_categories_list(client: Client, args: argparse.Namespace) -> None:
+    pager = client.list_categories(
+        name=args.name,
+        description=args.description,
+        sort_by=args.sort_by,
+        sort_direction=args.sort_direction,
+    )
+    columns = ["id", "name", "description", "created_at", "updated_at"]
+    _rows(_limited(pager, args.limit), columns, as_json=args.json)
+
+
+def cmd_workflow_show(client: Client, args: argparse.Namespace) -> None:
+    workflow = client.get_workflow(args.workflow_id)
+    tasks = list(client.list_workflow_tasks(workflow.id))
+    if args.json:
+        _print_json({**workflow.to_json(), "tasks": [task.to_json() for task in tasks]})
+        return
+    _fields(
+        workflow,
+        "id",
+        "name",
+        "description",
+        "status",
+        "workflow_template_id",
+        "due_date",
+        "notification_date",
+        "created_at",
+        "updated_at",
+        "created_by",
+        "updated_by",
+    )
+    _rows(tasks, ["id", "step_id", "name", "type", "updated_at"], as_json=False)
+
+
+def cmd_activities_search(client: Client, args: argparse.Namespace) -> None:
+    bounds = {"after": args.after, "since": args.since, "before": args.before, "until": args.until}
+    chosen = {name: value for name, value in bounds.items() if value is not None}
+    pager = client.search_activities(
+        resource_type=args.resource_type,
+        resource_id=args.resource_id,
+        author_id=args.author_id,
+        action=args.action,
+        timestamp=filters.time_range(**chosen) if chosen else None,
+        sort_by=args.sort_by,
+        sort_direction=args.sort_direction,
+    )
+    columns = ["timestamp", "resource_type", "action", "resource_id", "author_id"]
+    _rows(_limited(pager, args.limit), columns, as_json=args.json)
+
+
+# Arguments
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _repeatable(value: list[str] | None) -> str | list[str] | None:
+    """One value matches exactly; several match any of them (`$in`)."""
+    if not value:
+        return None
+    return value[0] if len(value) == 1 else value
+
+
+class _Repeat(argparse.Action):
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        current = getattr(namespace, self.dest) or []
+        current = current if isinstance(current, list) else [current]
+        setattr(namespace, self.dest, _repeatable([*current, values]))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headwater-client",
+        description="Push data, upload files and read everything back from a Headwater API.",
+        epilog=(
+            "Credentials: HEADWATER_URL, HEADWATER_CLIENT_ID, HEADWATER_CLIENT_SECRET, or a "
+            "profile. Exit codes: 1 refused or rejected, 2 usage or configuration, "
+            "3 credentials refused, 4 service unreachable."
+        ),
+    )
+    parser.add_argument("--profile", help="profile of the profiles file (default: default)")
+    parser.add_argument("--url", help="the service's URL (overrides HEADWATER_URL)")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    def command(
+        group: Any, name: str, run: Callable[..., None], helptext: str, *, json_flag: bool = True
+    ) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = group.add_parser(name, help=helptext, description=helptext)
+        sub.set_defaults(run=run)
+        if json_flag:
+            sub.add_argument("--json", action="store_true", help="print JSON")
+        return sub
+
+    def dataset_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("-c", "--client-id", required=True, help="the ingestion client")
+        sub.add_argument("-d", "--dataset-id", required=True, help="the dataset")
+
+    def limit_option(sub: argparse.ArgumentParser, default: int = 50) -> None:
+        sub.add_argument(
+            "--limit", type=int, default=default, help=f"at most N (default {default}; 0: all)"
+        )
+
+    command(commands, "token", cmd_token, "print a new access token")
+    command(commands, "whoami", cmd_whoami, "what the credentials are allowed")
+
+    push = command(commands, "push", cmd_push, "push the records of a JSON, NDJSON or CSV file")
+    push.add_argument("file", help="the file; - for stdin (then give --format)")
+    dataset_options(push)
+    push.add_argument("--format", choices=["json", "ndjson", "csv"], help="default: from the name")
+    push.add_argument("--idempotency-key", help="makes a rerun of the same file store nothing")
+
+    upload = command(commands, "upload", cmd_upload, "upload a file and wait for its outcome")
+    upload.add_argument("file")
+    dataset_options(upload)
+    upload.add_argument("--content-type", help="default: from the name (.csv, .json, .ndjson)")
+    upload.add_argument("--no-wait", action="store_true", help="do not wait for processing")
+    upload.add_argument("--timeout", type=float, default=3600, help="seconds to wait (3600)")
+
+    transactions = commands.add_parser("transactions", help="transactions").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    show = command(transactions, "show", cmd_transactions_show, "one transaction")
+    show.add_argument("transaction_id")
+    listing = command(transactions, "list", cmd_transactions_list, "transactions, newest first")
+    listing.add_argument("-c", "--client-id")
+    listing.add_argument("-d", "--dataset-id")
+    listing.add_argument("--status")
+    listing.add_argument("--created-after")
+    listing.add_argument("--created-before")
+    limit_option(listing)
+
+    records = commands.add_parser("records", help="stored records").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    export = command(
+        records, "export", cmd_records_export, "every matching record as NDJSON", json_flag=False
+    )
+    dataset_options(export)
+    export.add_argument("--transaction-id")
+    export.add_argument("--ingested-after", help="ISO 8601 date-time, inclusive")
+    export.add_argument("--ingested-before", help="ISO 8601 date-time, exclusive")
+    export.add_argument("--filter", type=_json_object, help="e.g. '{\"paid\": true}'")
+    export.add_argument("-o", "--output", default="-", help="file to write (default stdout)")
+
+    categories = commands.add_parser("categories", help="workflow categories").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    cats = command(categories, "list", cmd_categories_list, "workflow categories")
+    cats.add_argument("--name", help="case-insensitive part of the name")
+    cats.add_argument("--description", help="case-insensitive part of the description")
+    cats.add_argument("--sort-by", choices=["name", "description", "created_at", "updated_at"])
+    cats.add_argument("--sort-direction", choices=["asc", "desc"])
+    limit_option(cats)
+
+    workflow = commands.add_parser("workflow", help="workflows").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    command(workflow, "show", cmd_workflow_show, "a workflow and its tasks").add_argument(
+        "workflow_id"
+    )
+
+    activities = commands.add_parser("activities", help="the activity log").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    search = command(activities, "search", cmd_activities_search, "search the activity log")
+    for member in ("resource-type", "resource-id", "author-id", "action"):
+        search.add_argument(
+            f"--{member}", action=_Repeat, help="repeat to match any of several values"
+        )
+    search.add_argument("--after", help="timestamp after (ISO 8601)")
+    search.add_argument("--since", help="timestamp at or after")
+    search.add_argument("--before", help="timestamp before")
+    search.add_argument("--until", help="timestamp at or before")
+    search.add_argument(
+        "--sort-by", default="timestamp", choices=["timestamp", "resource_type", "action"]
+    )
+    search.add_argument("--sort-direction", default="desc", choices=["asc", "desc"])
+    limit_option(search)
+    return parser
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

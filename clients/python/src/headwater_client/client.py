@@ -1,0 +1,412 @@
+"""The synchronous client. Safe to share between threads."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from headwater_client import _calls as calls
+from headwater_client._base import BaseClient
+from headwater_client._batches import Batch, Batcher
+from headwater_client._calls import Call
+from headwater_client._retry import Attempts
+from headwater_client.errors import (
+    APIError,
+    ConnectionFailed,
+    PayloadTooLarge,
+    RecordsInvalid,
+    WaitTimeout,
+    error_from_response,
+)
+from headwater_client.files import chunks
+from headwater_client.filters import DateTime, Match
+from headwater_client.models import (
+    ActivityEntry,
+    BatchResult,
+    Category,
+    Dataset,
+    PushResult,
+    Record,
+    Template,
+    Token,
+    Transaction,
+    WhoAmI,
+    Workflow,
+    WorkflowTask,
+)
+from headwater_client.pagination import Pager
+
+T = TypeVar("T")
+
+Progress = Callable[[int, int], None]
+
+
+class Client(BaseClient):
+    """A Headwater API client for one credential.
+
+        with Client("https://headwater.example.com", CLIENT_ID, CLIENT_SECRET) as hw:
+            result = hw.push("acme-crm", "orders", records)
+
+    Tokens are fetched when first needed, cached, and renewed shortly before they
+    expire; threads waiting for a token share one request. Requests are retried on
+    connection errors, 429 and 502-504, with exponential backoff and jitter, honouring
+    `Retry-After`; a 401 is retried once with a new token. Pass `http_client` to set
+    proxies, certificates or limits of your own.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        client_id: str,
+        client_secret: str,
+        *,
+        http_client: httpx.Client | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(url, client_id, client_secret, **options)
+        self._http = http_client or httpx.Client(timeout=self.timeout)
+        self._token_lock = threading.Lock()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # Sending
+
+    def _send(self, call: Call[T]) -> T:
+        attempts = Attempts(self.retry, call.describe(), authenticated=call.auth)
+        while True:
+            token = self.token().access_token if call.auth else None
+            request = self._http.build_request(**self._request(call, token))
+            try:
+                response = self._http.send(request, stream=call.stream)
+            except httpx.TransportError as exc:
+                time.sleep(attempts.after_error(exc))
+                continue
+            again = attempts.after_response(response)
+            if again is None:
+                if response.is_error:
+                    response.read()
+                    response.close()
+                    raise error_from_response(response)
+                return call.parse(response)
+            response.close()
+            if again.refresh and token is not None:
+                self._tokens.discard(token)
+            time.sleep(again.delay)
+
+    def token(self) -> Token:
+        """The cached access token, fetched or renewed first when due."""
+        current = self._tokens.current()
+        if current is not None:
+            return current
+        with self._token_lock:
+            current = self._tokens.current()  # another thread may have renewed it
+            if current is not None:
+                return current
+            requested_at = time.monotonic()
+            return self._tokens.store(self._send(self._token_call), requested_at=requested_at)
+
+    def whoami(self) -> WhoAmI:
+        """What the token grants: company, scopes, ingestion clients, author id."""
+        return self._send(calls.whoami())
+
+    # Pushing
+
+    def push(
+        self,
+        client_id: str,
+        dataset_id: str,
+        records: Iterable[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> PushResult:
+        """Push `records` (any iterable, read once, lazily) in batches within the
+        service's limits, each batch atomic and carrying its own `Idempotency-Key`.
+
+        A retried batch is never stored twice. Give `idempotency_key` to make a whole
+        rerun of the same records safe too (the service keeps keys for 24 h).
+        `progress(records_committed)` is called after each batch.
+
+        Raises `PushRejected` when a batch fails validation: it lists the batches
+        already committed and each record error, indexed in `records`.
+        """
+        key = self._push_key(idempotency_key)
+        batcher = self._batcher(client_id, dataset_id)
+        done: list[BatchResult] = []
+
+        def send(batch: Batch | None) -> None:
+            if batch is not None:
+                self._push_batch(batch, key, batcher, done)
+                if progress is not None:
+                    progress(batch.first_record + batch.count)
+
+        for index, record in enumerate(records):
+            send(batcher.add(index, record))
+        send(batcher.flush())
+        return PushResult(done)
+
+    def _push_batch(
+        self, batch: Batch, key: str, batcher: Batcher, done: list[BatchResult]
+    ) -> None:
+        try:
+            done.append(self._send(calls.push(batch, key=batch.idempotency_key(key))))
+        except PayloadTooLarge as exc:
+            if batch.count == 1:
+                raise
+            batcher.shrink(batch, code=exc.code)
+            for half in batch.halves():
+                self._push_batch(half, key, batcher, done)
+        except RecordsInvalid as exc:
+            raise self._rejected(exc, batch.first_record, done) from None
+
+    # Files
+
+    def upload_file(
+        self,
+        path: str | Path,
+        client_id: str,
+        dataset_id: str,
+        content_type: str | None = None,
+        *,
+        file_name: str | None = None,
+        progress: Progress | None = None,
+        wait: bool = False,
+        timeout: float = 3600.0,
+    ) -> Transaction:
+        """Upload a file through a presigned URL, streaming it from disk.
+
+        The content type comes from the name (`.csv`, `.json`, `.ndjson`, `.jsonl`,
+        optionally `.gz`) unless given. `progress(sent, total)` follows the bytes.
+        Answers the file's transaction: as it is right after the upload, or, with
+        `wait`, once it is completed, rejected or failed (`WaitTimeout` after `timeout`).
+        """
+        upload = self._upload(path, content_type, file_name)
+        ticket = self._send(
+            calls.upload_ticket(
+                client_id=client_id,
+                dataset_id=dataset_id,
+                file_name=upload.file_name,
+                content_type=upload.content_type,
+            )
+        )
+        put = calls.put_file(
+            ticket, size=upload.size, content=lambda: chunks(upload.path, progress=progress)
+        )
+        try:
+            self._send(put)
+        except APIError as exc:
+            if not self._arrived(exc, self.get_transaction(ticket.transaction_id)):
+                raise
+        if wait:
+            return self.wait_for_transaction(ticket.transaction_id, timeout=timeout)
+        return self.get_transaction(ticket.transaction_id)
+
+    def wait_for_transaction(self, transaction_id: str, *, timeout: float = 3600.0) -> Transaction:
+        """The transaction once it is final (completed, rejected, failed, expired)."""
+        deadline = time.monotonic() + timeout
+        for delay in self._poll_delays():
+            transaction = self.get_transaction(transaction_id)
+            if transaction.finished:
+                return transaction
+            if time.monotonic() + delay > deadline:
+                raise WaitTimeout(
+                    f"transaction {transaction_id} is still {transaction.status} "
+                    f"after {timeout:g} s"
+                )
+            time.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # Reading data
+
+    def get_transaction(self, transaction_id: str) -> Transaction:
+        return self._send(calls.transaction(transaction_id))
+
+    def list_transactions(
+        self,
+        *,
+        client_id: str | None = None,
+        dataset_id: str | None = None,
+        status: str | None = None,
+        created_after: DateTime | None = None,
+        created_before: DateTime | None = None,
+        page_size: int = 100,
+    ) -> Pager[Transaction]:
+        """Transactions, newest first."""
+        params = calls.query(
+            client_id=client_id,
+            dataset_id=dataset_id,
+            status=status,
+            created_after=created_after,
+            created_before=created_before,
+            page_size=page_size,
+        )
+        return Pager(self._send, lambda number: calls.transactions(number, params))
+
+    def list_records(
+        self,
+        client_id: str,
+        dataset_id: str,
+        *,
+        transaction_id: str | None = None,
+        ingested_after: DateTime | None = None,
+        ingested_before: DateTime | None = None,
+        filter: Mapping[str, str | int | float | bool] | None = None,
+        page_size: int = 100,
+    ) -> Pager[Record]:
+        """Stored records in storage order, page by page (`stream_records` for many)."""
+        params = self._record_params(
+            client_id,
+            dataset_id,
+            transaction_id,
+            ingested_after,
+            ingested_before,
+            filter,
+            page_size,
+        )
+        return Pager(self._send, lambda number: calls.records(number, params))
+
+    def stream_record_lines(
+        self,
+        client_id: str,
+        dataset_id: str,
+        *,
+        transaction_id: str | None = None,
+        ingested_after: DateTime | None = None,
+        ingested_before: DateTime | None = None,
+        filter: Mapping[str, str | int | float | bool] | None = None,
+    ) -> Iterator[bytes]:
+        """Every matching record as one NDJSON line (no line break), streamed with
+        constant memory however many match."""
+        params = self._record_params(
+            client_id, dataset_id, transaction_id, ingested_after, ingested_before, filter
+        )
+        response = self._send(calls.record_stream(params))
+        try:
+            for line in response.iter_lines():
+                if line:
+                    yield line.encode()
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"the record stream broke off: {exc}") from exc
+        finally:
+            response.close()
+
+    def stream_records(
+        self,
+        client_id: str,
+        dataset_id: str,
+        *,
+        transaction_id: str | None = None,
+        ingested_after: DateTime | None = None,
+        ingested_before: DateTime | None = None,
+        filter: Mapping[str, str | int | float | bool] | None = None,
+    ) -> Iterator[Record]:
+        """Every matching record, streamed (NDJSON) with constant memory."""
+        lines = self.stream_record_lines(
+            client_id,
+            dataset_id,
+            transaction_id=transaction_id,
+            ingested_after=ingested_after,
+            ingested_before=ingested_before,
+            filter=filter,
+        )
+        for line in lines:
+            yield Record.from_json(json.loads(line))
+
+    def get_dataset(self, dataset_id: str, *, client_id: str) -> Dataset:
+        return self._send(calls.dataset(dataset_id, client_id))
+
+    def list_datasets(
+        self, *, client_id: str | None = None, page_size: int = 100
+    ) -> Pager[Dataset]:
+        params = calls.query(client_id=client_id, page_size=page_size)
+        return Pager(self._send, lambda number: calls.datasets(number, params))
+
+    # Reading workflows
+
+    def get_category(self, category_id: str) -> Category:
+        return self._send(calls.category(category_id))
+
+    def list_categories(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        sort_by: str | None = None,
+        sort_direction: str | None = None,
+        page_size: int = 100,
+    ) -> Pager[Category]:
+        """Workflow categories; `name` and `description` match case-insensitive parts."""
+        params = calls.query(
+            name=name,
+            description=description,
+            sort_by=sort_by,
+            sort_direction=sort_direction,
+            page_size=page_size,
+        )
+        return Pager(self._send, lambda number: calls.categories(number, params))
+
+    def get_template(self, template_id: str) -> Template:
+        return self._send(calls.template(template_id))
+
+    def list_templates(
+        self, *, category_id: str | None = None, page_size: int = 100
+    ) -> Pager[Template]:
+        params = calls.query(category_id=category_id, page_size=page_size)
+        return Pager(self._send, lambda number: calls.templates(number, params))
+
+    def get_workflow(self, workflow_id: str) -> Workflow:
+        return self._send(calls.workflow(workflow_id))
+
+    def get_workflow_task(self, workflow_action_id: str) -> WorkflowTask:
+        return self._send(calls.workflow_task(workflow_action_id))
+
+    def list_workflow_tasks(self, workflow_id: str, *, page_size: int = 100) -> Pager[WorkflowTask]:
+        params = calls.query(workflow_id=workflow_id, page_size=page_size)
+        return Pager(self._send, lambda number: calls.workflow_tasks(number, params))
+
+    def search_activities(
+        self,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        resource_type: Match | None = None,
+        resource_id: Match | None = None,
+        author_id: Match | None = None,
+        action: Match | None = None,
+        timestamp: Mapping[str, DateTime] | None = None,
+        sort_by: str = "timestamp",
+        sort_direction: str = "desc",
+        page_size: int = 100,
+    ) -> Pager[ActivityEntry]:
+        """Activity log entries of the caller's company. Each member matches one value,
+        any of several (a list, or `one_of(...)`: `$in`); `timestamp` takes
+        `time_range(...)`. `filter` gives the raw filter object instead."""
+        body = self._activity_body(
+            filter,
+            sort_by,
+            sort_direction,
+            page_size,
+            {
+                "resource_type": resource_type,
+                "resource_id": resource_id,
+                "author_id": author_id,
+                "action": action,
+                "timestamp": timestamp,
+            },
+        )
+        return Pager(self._send, lambda number: calls.activities(number, body))
