@@ -113,6 +113,10 @@ class Batcher:
         self._parts, self._size = [], 0
         return batch
 
+    def fits(self, batch: Batch) -> bool:
+        """Whether `batch`, cut before the limits shrank, is within them still."""
+        return batch.count <= self.max_records and len(batch.body) <= self.max_bytes
+
     def shrink(self, batch: Batch, *, code: str) -> None:
         """The service refused `batch` as too large (`batch_too_large`: too many records;
         otherwise too many bytes): later batches are cut at half its size."""

@@ -164,6 +164,10 @@ class Client(BaseClient):
     def _push_batch(
         self, batch: Batch, key: str, batcher: Batcher, done: list[BatchResult]
     ) -> None:
+        if batch.count > 1 and not batcher.fits(batch):
+            for half in batch.halves():
+                self._push_batch(half, key, batcher, done)
+            return
         try:
             done.append(self._send(calls.push(batch, key=batch.idempotency_key(key))))
         except PayloadTooLarge as exc:
