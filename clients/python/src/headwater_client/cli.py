@@ -33,6 +33,7 @@ from rich.table import Table
 
 from headwater_client import filters
 from headwater_client._batches import InvalidRecord
+from headwater_client._retry import RetryPolicy
 from headwater_client.client import Client
 from headwater_client.config import Credentials
 from headwater_client.errors import (
@@ -53,8 +54,9 @@ from headwater_client.models import PushResult, Resource, Transaction
 OK, REFUSED, USAGE, ACCESS, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
 SHOWN_ERRORS = 20
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+# No console markup: names, messages and values from the service are printed as they are.
+out = Console(highlight=False, soft_wrap=True, markup=False)
+err = Console(stderr=True, highlight=False, markup=False)
 
 
 class Failed(Exception):
@@ -80,7 +82,7 @@ def _report(exc: BaseException) -> int:
         _print_push_rejected(exc)
         return REFUSED
     if isinstance(exc, APIError):
-        err.print(f"[red]error:[/] {exc}")
+        _error(exc)
         for error in exc.errors[:SHOWN_ERRORS]:
             where = error.get("path") or error.get("loc") or error.get("parameter") or ""
             err.print(f"  {where}: {error.get('message') or error.get('msg') or error}")
@@ -90,15 +92,19 @@ def _report(exc: BaseException) -> int:
             return UNREACHABLE
         return REFUSED
     if isinstance(exc, ConnectionFailed | WaitTimeout):
-        err.print(f"[red]error:[/] {exc}")
+        _error(exc)
         return UNREACHABLE
     if isinstance(exc, ConfigurationError):
-        err.print(f"[red]error:[/] {exc}")
+        _error(exc)
         return USAGE
     if isinstance(exc, Failed | InvalidRecord | HeadwaterError | OSError):
-        err.print(f"[red]error:[/] {exc}")
+        _error(exc)
         return REFUSED
     raise exc
+
+
+def _error(exc: BaseException) -> None:
+    err.print(f"error: {exc}", style="red")
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -113,6 +119,7 @@ def _client(args: argparse.Namespace) -> Client:
         audience=found.audience,
         auth_url=found.auth_url,
         scope=found.scope,
+        retry=RetryPolicy(max_retries=args.retries),
     )
 
 
@@ -215,7 +222,7 @@ def _batches(result: PushResult) -> list[dict[str, Any]]:
 
 def _print_push_rejected(exc: PushRejected) -> None:
     err.print(
-        f"[red]rejected:[/] {exc.error_count} error(s) in the batch starting at record "
+        f"rejected: {exc.error_count} error(s) in the batch starting at record "
         f"{exc.first_record} (transaction {exc.transaction_id}); nothing of that batch was "
         f"stored. {sum(b.records_accepted for b in exc.committed):,} records in "
         f"{len(exc.committed)} earlier batch(es) were committed."
@@ -399,6 +406,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--profile", help="profile of the profiles file (default: default)")
     parser.add_argument("--url", help="the service's URL (overrides HEADWATER_URL)")
+    parser.add_argument(
+        "--retries", type=int, default=5, help="retries on connection errors, 429 and 503 (5)"
+    )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     def command(

@@ -60,10 +60,11 @@ def open_text(path: Path | str) -> IO[str]:
         import sys
 
         return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", newline="")
-    raw = Path(path).open("rb")  # noqa: SIM115 (the text stream returned closes it)
-    if raw.peek(2)[:2] == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8-sig", newline="")
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    with Path(path).open("rb") as probe:
+        packed = probe.read(2) == b"\x1f\x8b"
+    if packed:
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return Path(path).open(encoding="utf-8-sig", newline="")
 
 
 def read_records(path: Path | str, *, format: str | None = None) -> Iterator[dict[str, Any]]:
