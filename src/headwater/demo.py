@@ -5,6 +5,7 @@ workflow configuration imported from demo_workflows.yaml."""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +112,10 @@ def seed(session: Session) -> DemoData:
 
 
 def instructions(data: DemoData, *, base_url: str, audience: str) -> str:
-    """A copy-paste curl sequence that gets a token and calls the API."""
+    """A copy-paste curl sequence that gets a token and calls the API, and the same
+    with the Python client's command line."""
+    beside = Path(sys.executable).parent / "headwater-client"
+    client_cli = str(beside) if beside.exists() else "headwater-client"
     return f"""
 Headwater is starting at {base_url} (SQLite and files under ./headwater-data).
 
@@ -144,6 +148,15 @@ Copy and paste, in another terminal:
     -d grant_type=client_credentials -d audience={audience} \\
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   curl -s {base_url}/admin/v1/companies/{data.company_id}/clients -H "Authorization: Bearer $OPERATOR"; echo
+
+Or with the Python client and command line (clients/python/README.md):
+
+  export HEADWATER_URL={base_url} HEADWATER_CLIENT_ID={data.client_id} HEADWATER_CLIENT_SECRET={data.client_secret}
+  {client_cli} whoami
+  printf 'order_id,amount\nC-1,4.25\nC-2,5\n' > "${{TMPDIR:-/tmp}}/demo-orders.csv"
+  {client_cli} upload "${{TMPDIR:-/tmp}}/demo-orders.csv" -c {data.ingestion_client} -d {DEMO_DATASET}
+  {client_cli} records export -c {data.ingestion_client} -d {DEMO_DATASET}
+  {client_cli} activities search --action update --limit 5
 
 Interactive API docs: {base_url}/docs    OpenAPI: {base_url}/openapi.json
 Stop with Ctrl-C.

@@ -196,13 +196,22 @@ def test_demo_prints_a_curl_sequence_that_works(tmp_path: Path) -> None:
                     time.sleep(0.2)
             printed = log.read_text()
             commands = printed.split("Copy and paste, in another terminal:")[1]
-            commands = commands.split("Interactive API docs")[0]
+            commands, with_client = commands.split("Or with the Python client")
+            with_client = with_client.split("\n", 1)[1].split("Interactive API docs")[0]
             done = subprocess.run(
                 ["bash", "-euo", "pipefail", "-c", commands],
                 capture_output=True,
                 text=True,
                 timeout=60,
                 check=False,
+            )
+            client_done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", with_client],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                env={**env, "TMPDIR": str(tmp_path), "COLUMNS": "200"},
             )
         finally:
             process.terminate()
@@ -226,3 +235,13 @@ def test_demo_prints_a_curl_sequence_that_works(tmp_path: Path) -> None:
     assert activity["total_entries"] >= 3
     assert {e["action"] for e in activity["data"]} == {"update"}
     assert clients["data"][0]["client_id"] == "demo-crm"
+    # the same with the Python client's command line: whoami, an upload, the records
+    assert client_done.returncode == 0, client_done.stderr
+    assert "demo-client" in client_done.stdout and "completed" in client_done.stdout
+    exported = [
+        json.loads(line)["data"]["order_id"]
+        for line in client_done.stdout.splitlines()
+        if line.startswith('{"record_id"')
+    ]
+    assert exported == ["A-1", "A-2", "F-1", "F-2", "C-1", "C-2"]
+    assert "update" in client_done.stdout.split("C-2")[-1]  # the activity table
