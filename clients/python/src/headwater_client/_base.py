@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -18,7 +18,6 @@ from headwater_client._tokens import TokenCache
 from headwater_client.config import DEFAULT_AUDIENCE, Credentials
 from headwater_client.errors import APIError, ConfigurationError, PushRejected
 from headwater_client.files import guess_content_type
-from headwater_client.filters import DateTime, activity_filter
 from headwater_client.models import BatchResult, Transaction
 
 try:
@@ -152,41 +151,3 @@ class BaseClient:
         while True:
             yield delay
             delay = min(longest, delay * 1.5)
-
-    @staticmethod
-    def _record_params(
-        client_id: str,
-        dataset_id: str,
-        transaction_id: str | None,
-        ingested_after: DateTime | None,
-        ingested_before: DateTime | None,
-        filter: Mapping[str, str | int | float | bool] | None,
-        page_size: int | None = None,
-    ) -> dict[str, Any]:
-        return calls.query(
-            client_id=client_id,
-            dataset_id=dataset_id,
-            transaction_id=transaction_id,
-            ingested_after=ingested_after,
-            ingested_before=ingested_before,
-            filter=filter,
-            page_size=page_size,
-        )
-
-    @staticmethod
-    def _activity_body(
-        filter: Mapping[str, Any] | None,
-        sort_by: str,
-        sort_direction: str,
-        page_size: int,
-        members: dict[str, Any],
-    ) -> dict[str, Any]:
-        chosen = dict(filter or {}) | activity_filter(**members)
-        body: dict[str, Any] = {
-            "page_size": page_size,
-            "sort_by": sort_by,
-            "sort_direction": sort_direction,
-        }
-        if chosen:
-            body["filter"] = chosen
-        return body

@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 
 from headwater_client._batches import Batch
-from headwater_client.filters import iso
+from headwater_client.filters import DateTime, Match, activity_filter, iso
 from headwater_client.models import (
     ActivityEntry,
     BatchResult,
@@ -59,6 +59,10 @@ class Call(Generic[T]):
         return self.label or f"{self.method} {self.path}"
 
 
+PageCall = Callable[[int], Call[Page[R]]]
+"""The call for each page number of a list."""
+
+
 def segment(value: str) -> str:
     """A path segment, quoted so that no id can reach another path."""
     return quote(str(value), safe="")
@@ -86,8 +90,15 @@ def resource(method: str, path: str, model: type[R], **kwargs: Any) -> Call[R]:
     return Call(method, path, lambda r: model.from_json(_json(r)), **kwargs)
 
 
-def page(model: type[R], path: str, params: Mapping[str, Any]) -> Call[Page[R]]:
-    return Call("GET", path, lambda r: Page.parse(model, _json(r)), params=params)
+def pages(model: type[R], path: str, params: Mapping[str, Any]) -> PageCall[R]:
+    """The call for each page number of a list."""
+
+    def page(number: int) -> Call[Page[R]]:
+        return Call(
+            "GET", path, lambda r: Page.parse(model, _json(r)), params={**params, "page": number}
+        )
+
+    return page
 
 
 def token(
@@ -106,61 +117,180 @@ def token(
     )
 
 
+# The read operations: each client binds them as methods (`get_category = fetch(category)`),
+# so their signatures and documentation live here, once.
+
+
 def whoami() -> Call[WhoAmI]:
+    """What the token grants: company, scopes, ingestion clients, author id."""
     return resource("GET", "/platform/v1/whoami", WhoAmI)
 
 
 def category(category_id: str) -> Call[Category]:
+    """One workflow category."""
     return resource("GET", f"/app/v1/workflow_categories/{segment(category_id)}", Category)
 
 
-def categories(number: int, params: Mapping[str, Any]) -> Call[Page[Category]]:
-    return page(Category, "/app/v1/workflow_categories", {**params, "page": number})
+def categories(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    sort_by: str | None = None,
+    sort_direction: str | None = None,
+    page_size: int = 100,
+) -> PageCall[Category]:
+    """Workflow categories; `name` and `description` match case-insensitive parts;
+    `sort_by` name, description, created_at (default) or updated_at."""
+    params = query(
+        name=name,
+        description=description,
+        sort_by=sort_by,
+        sort_direction=sort_direction,
+        page_size=page_size,
+    )
+    return pages(Category, "/app/v1/workflow_categories", params)
 
 
 def template(template_id: str) -> Call[Template]:
+    """One workflow template, with its steps."""
     return resource("GET", f"/app/v1/workflow_templates/{segment(template_id)}", Template)
 
 
-def templates(number: int, params: Mapping[str, Any]) -> Call[Page[Template]]:
-    return page(Template, "/app/v1/workflow_templates", {**params, "page": number})
+def templates(*, category_id: str | None = None, page_size: int = 100) -> PageCall[Template]:
+    """Workflow templates, of one category if given."""
+    params = query(category_id=category_id, page_size=page_size)
+    return pages(Template, "/app/v1/workflow_templates", params)
 
 
 def workflow(workflow_id: str) -> Call[Workflow]:
+    """One workflow."""
     return resource("GET", f"/app/v1/workflows/{segment(workflow_id)}", Workflow)
 
 
-def workflow_task(task_id: str) -> Call[WorkflowTask]:
-    return resource("GET", f"/app/v1/workflow_tasks/actions/{segment(task_id)}", WorkflowTask)
+def workflow_task(workflow_action_id: str) -> Call[WorkflowTask]:
+    """One workflow task (workflow action)."""
+    path = f"/app/v1/workflow_tasks/actions/{segment(workflow_action_id)}"
+    return resource("GET", path, WorkflowTask)
 
 
-def workflow_tasks(number: int, params: Mapping[str, Any]) -> Call[Page[WorkflowTask]]:
-    return page(WorkflowTask, "/app/v1/workflow_tasks", {**params, "page": number})
+def workflow_tasks(workflow_id: str, *, page_size: int = 100) -> PageCall[WorkflowTask]:
+    """A workflow's tasks, in step order."""
+    params = query(workflow_id=workflow_id, page_size=page_size)
+    return pages(WorkflowTask, "/app/v1/workflow_tasks", params)
 
 
-def activities(number: int, body: Mapping[str, Any]) -> Call[Page[ActivityEntry]]:
-    return Call(
-        "POST",
-        "/app/v1/activities/search",
-        lambda r: Page.parse(ActivityEntry, _json(r)),
-        json={**body, "page": number},
+def activities(
+    filter: Mapping[str, Any] | None = None,
+    *,
+    resource_type: Match | None = None,
+    resource_id: Match | None = None,
+    author_id: Match | None = None,
+    action: Match | None = None,
+    timestamp: Mapping[str, DateTime] | None = None,
+    sort_by: str = "timestamp",
+    sort_direction: str = "desc",
+    page_size: int = 100,
+) -> PageCall[ActivityEntry]:
+    """Activity log entries of the caller's company. Each member matches one value or
+    any of several (a list, or `one_of(...)`: `$in`); `timestamp` takes
+    `time_range(...)`; `filter` gives a raw filter object to start from."""
+    chosen = dict(filter or {}) | activity_filter(
+        resource_type=resource_type,
+        resource_id=resource_id,
+        author_id=author_id,
+        action=action,
+        timestamp=timestamp,
     )
+    body: dict[str, Any] = {
+        "page_size": page_size,
+        "sort_by": sort_by,
+        "sort_direction": sort_direction,
+    }
+    if chosen:
+        body["filter"] = chosen
+
+    def page(number: int) -> Call[Page[ActivityEntry]]:
+        return Call(
+            "POST",
+            "/app/v1/activities/search",
+            lambda r: Page.parse(ActivityEntry, _json(r)),
+            json={**body, "page": number},
+        )
+
+    return page
 
 
 def transaction(transaction_id: str) -> Call[Transaction]:
+    """One transaction: a push batch or a file, with its status, counts and errors."""
     return resource("GET", f"/platform/v1/transactions/{segment(transaction_id)}", Transaction)
 
 
-def transactions(number: int, params: Mapping[str, Any]) -> Call[Page[Transaction]]:
-    return page(Transaction, "/platform/v1/transactions", {**params, "page": number})
+def transactions(
+    *,
+    client_id: str | None = None,
+    dataset_id: str | None = None,
+    status: str | None = None,
+    created_after: DateTime | None = None,
+    created_before: DateTime | None = None,
+    page_size: int = 100,
+) -> PageCall[Transaction]:
+    """Transactions, newest first; `created_after` inclusive, `created_before` exclusive."""
+    params = query(
+        client_id=client_id,
+        dataset_id=dataset_id,
+        status=status,
+        created_after=created_after,
+        created_before=created_before,
+        page_size=page_size,
+    )
+    return pages(Transaction, "/platform/v1/transactions", params)
 
 
-def records(number: int, params: Mapping[str, Any]) -> Call[Page[Record]]:
-    return page(Record, "/platform/v1/data", {**params, "page": number})
+RecordFilter = Mapping[str, str | int | float | bool]
 
 
-def record_stream(params: Mapping[str, Any]) -> Call[httpx.Response]:
-    """The records as NDJSON; the caller reads and closes the open response."""
+def records(
+    client_id: str,
+    dataset_id: str,
+    *,
+    transaction_id: str | None = None,
+    ingested_after: DateTime | None = None,
+    ingested_before: DateTime | None = None,
+    filter: RecordFilter | None = None,
+    page_size: int = 100,
+) -> PageCall[Record]:
+    """Stored records in storage order, page by page; `filter` holds top-level fields
+    and the values they must equal. For many records, stream them instead."""
+    params = query(
+        client_id=client_id,
+        dataset_id=dataset_id,
+        transaction_id=transaction_id,
+        ingested_after=ingested_after,
+        ingested_before=ingested_before,
+        filter=filter,
+        page_size=page_size,
+    )
+    return pages(Record, "/platform/v1/data", params)
+
+
+def record_stream(
+    client_id: str,
+    dataset_id: str,
+    *,
+    transaction_id: str | None = None,
+    ingested_after: DateTime | None = None,
+    ingested_before: DateTime | None = None,
+    filter: RecordFilter | None = None,
+) -> Call[httpx.Response]:
+    """Every matching record as NDJSON; the caller reads and closes the open response."""
+    params = query(
+        client_id=client_id,
+        dataset_id=dataset_id,
+        transaction_id=transaction_id,
+        ingested_after=ingested_after,
+        ingested_before=ingested_before,
+        filter=filter,
+    )
     return Call(
         "GET",
         "/platform/v1/data",
@@ -171,13 +301,15 @@ def record_stream(params: Mapping[str, Any]) -> Call[httpx.Response]:
     )
 
 
-def dataset(dataset_id: str, client_id: str) -> Call[Dataset]:
+def dataset(dataset_id: str, *, client_id: str) -> Call[Dataset]:
+    """A dataset of an ingestion client: current schema, every version, options."""
     path = f"/platform/v1/datasets/{segment(dataset_id)}"
     return resource("GET", path, Dataset, params={"client_id": client_id})
 
 
-def datasets(number: int, params: Mapping[str, Any]) -> Call[Page[Dataset]]:
-    return page(Dataset, "/platform/v1/datasets", {**params, "page": number})
+def datasets(*, client_id: str | None = None, page_size: int = 100) -> PageCall[Dataset]:
+    """Datasets the token may read, of one ingestion client if given."""
+    return pages(Dataset, "/platform/v1/datasets", query(client_id=client_id, page_size=page_size))
 
 
 def push(batch: Batch, *, key: str) -> Call[BatchResult]:

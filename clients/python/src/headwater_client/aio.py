@@ -15,7 +15,8 @@ import httpx
 from headwater_client import _calls as calls
 from headwater_client._base import BaseClient
 from headwater_client._batches import Batch, Batcher
-from headwater_client._calls import Call
+from headwater_client._bind import afetch, alisting
+from headwater_client._calls import Call, RecordFilter
 from headwater_client._retry import Attempts
 from headwater_client.errors import (
     APIError,
@@ -26,22 +27,14 @@ from headwater_client.errors import (
     error_from_response,
 )
 from headwater_client.files import CHUNK_BYTES
-from headwater_client.filters import DateTime, Match
+from headwater_client.filters import DateTime
 from headwater_client.models import (
-    ActivityEntry,
     BatchResult,
-    Category,
-    Dataset,
     PushResult,
     Record,
-    Template,
     Token,
     Transaction,
-    WhoAmI,
-    Workflow,
-    WorkflowTask,
 )
-from headwater_client.pagination import AsyncPager
 
 T = TypeVar("T")
 
@@ -131,8 +124,7 @@ class AsyncClient(BaseClient):
             answer = await self._send(self._token_call)
             return self._tokens.store(answer, requested_at=requested_at)
 
-    async def whoami(self) -> WhoAmI:
-        return await self._send(calls.whoami())
+    whoami = afetch(calls.whoami)
 
     async def push(
         self,
@@ -229,50 +221,11 @@ class AsyncClient(BaseClient):
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def get_transaction(self, transaction_id: str) -> Transaction:
-        return await self._send(calls.transaction(transaction_id))
-
-    def list_transactions(
-        self,
-        *,
-        client_id: str | None = None,
-        dataset_id: str | None = None,
-        status: str | None = None,
-        created_after: DateTime | None = None,
-        created_before: DateTime | None = None,
-        page_size: int = 100,
-    ) -> AsyncPager[Transaction]:
-        params = calls.query(
-            client_id=client_id,
-            dataset_id=dataset_id,
-            status=status,
-            created_after=created_after,
-            created_before=created_before,
-            page_size=page_size,
-        )
-        return AsyncPager(self._send, lambda number: calls.transactions(number, params))
-
-    def list_records(
-        self,
-        client_id: str,
-        dataset_id: str,
-        *,
-        transaction_id: str | None = None,
-        ingested_after: DateTime | None = None,
-        ingested_before: DateTime | None = None,
-        filter: Mapping[str, str | int | float | bool] | None = None,
-        page_size: int = 100,
-    ) -> AsyncPager[Record]:
-        params = self._record_params(
-            client_id,
-            dataset_id,
-            transaction_id,
-            ingested_after,
-            ingested_before,
-            filter,
-            page_size,
-        )
-        return AsyncPager(self._send, lambda number: calls.records(number, params))
+    get_transaction = afetch(calls.transaction)
+    list_transactions = alisting(calls.transactions)
+    list_records = alisting(calls.records)
+    get_dataset = afetch(calls.dataset)
+    list_datasets = alisting(calls.datasets)
 
     async def stream_records(
         self,
@@ -282,13 +235,18 @@ class AsyncClient(BaseClient):
         transaction_id: str | None = None,
         ingested_after: DateTime | None = None,
         ingested_before: DateTime | None = None,
-        filter: Mapping[str, str | int | float | bool] | None = None,
+        filter: RecordFilter | None = None,
     ) -> AsyncIterator[Record]:
         """Every matching record, streamed (NDJSON) with constant memory."""
-        params = self._record_params(
-            client_id, dataset_id, transaction_id, ingested_after, ingested_before, filter
+        call = calls.record_stream(
+            client_id,
+            dataset_id,
+            transaction_id=transaction_id,
+            ingested_after=ingested_after,
+            ingested_before=ingested_before,
+            filter=filter,
         )
-        response = await self._send(calls.record_stream(params))
+        response = await self._send(call)
         try:
             async for line in response.aiter_lines():
                 if line:
@@ -298,81 +256,11 @@ class AsyncClient(BaseClient):
         finally:
             await response.aclose()
 
-    async def get_dataset(self, dataset_id: str, *, client_id: str) -> Dataset:
-        return await self._send(calls.dataset(dataset_id, client_id))
-
-    def list_datasets(
-        self, *, client_id: str | None = None, page_size: int = 100
-    ) -> AsyncPager[Dataset]:
-        params = calls.query(client_id=client_id, page_size=page_size)
-        return AsyncPager(self._send, lambda number: calls.datasets(number, params))
-
-    async def get_category(self, category_id: str) -> Category:
-        return await self._send(calls.category(category_id))
-
-    def list_categories(
-        self,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        sort_by: str | None = None,
-        sort_direction: str | None = None,
-        page_size: int = 100,
-    ) -> AsyncPager[Category]:
-        params = calls.query(
-            name=name,
-            description=description,
-            sort_by=sort_by,
-            sort_direction=sort_direction,
-            page_size=page_size,
-        )
-        return AsyncPager(self._send, lambda number: calls.categories(number, params))
-
-    async def get_template(self, template_id: str) -> Template:
-        return await self._send(calls.template(template_id))
-
-    def list_templates(
-        self, *, category_id: str | None = None, page_size: int = 100
-    ) -> AsyncPager[Template]:
-        params = calls.query(category_id=category_id, page_size=page_size)
-        return AsyncPager(self._send, lambda number: calls.templates(number, params))
-
-    async def get_workflow(self, workflow_id: str) -> Workflow:
-        return await self._send(calls.workflow(workflow_id))
-
-    async def get_workflow_task(self, workflow_action_id: str) -> WorkflowTask:
-        return await self._send(calls.workflow_task(workflow_action_id))
-
-    def list_workflow_tasks(
-        self, workflow_id: str, *, page_size: int = 100
-    ) -> AsyncPager[WorkflowTask]:
-        params = calls.query(workflow_id=workflow_id, page_size=page_size)
-        return AsyncPager(self._send, lambda number: calls.workflow_tasks(number, params))
-
-    def search_activities(
-        self,
-        filter: Mapping[str, Any] | None = None,
-        *,
-        resource_type: Match | None = None,
-        resource_id: Match | None = None,
-        author_id: Match | None = None,
-        action: Match | None = None,
-        timestamp: Mapping[str, DateTime] | None = None,
-        sort_by: str = "timestamp",
-        sort_direction: str = "desc",
-        page_size: int = 100,
-    ) -> AsyncPager[ActivityEntry]:
-        body = self._activity_body(
-            filter,
-            sort_by,
-            sort_direction,
-            page_size,
-            {
-                "resource_type": resource_type,
-                "resource_id": resource_id,
-                "author_id": author_id,
-                "action": action,
-                "timestamp": timestamp,
-            },
-        )
-        return AsyncPager(self._send, lambda number: calls.activities(number, body))
+    get_category = afetch(calls.category)
+    list_categories = alisting(calls.categories)
+    get_template = afetch(calls.template)
+    list_templates = alisting(calls.templates)
+    get_workflow = afetch(calls.workflow)
+    get_workflow_task = afetch(calls.workflow_task)
+    list_workflow_tasks = alisting(calls.workflow_tasks)
+    search_activities = alisting(calls.activities)

@@ -15,7 +15,8 @@ import httpx
 from headwater_client import _calls as calls
 from headwater_client._base import BaseClient
 from headwater_client._batches import Batch, Batcher
-from headwater_client._calls import Call
+from headwater_client._bind import fetch, listing
+from headwater_client._calls import Call, RecordFilter
 from headwater_client._retry import Attempts
 from headwater_client.errors import (
     APIError,
@@ -26,22 +27,14 @@ from headwater_client.errors import (
     error_from_response,
 )
 from headwater_client.files import chunks
-from headwater_client.filters import DateTime, Match
+from headwater_client.filters import DateTime
 from headwater_client.models import (
-    ActivityEntry,
     BatchResult,
-    Category,
-    Dataset,
     PushResult,
     Record,
-    Template,
     Token,
     Transaction,
-    WhoAmI,
-    Workflow,
-    WorkflowTask,
 )
-from headwater_client.pagination import Pager
 
 T = TypeVar("T")
 
@@ -121,9 +114,7 @@ class Client(BaseClient):
             requested_at = time.monotonic()
             return self._tokens.store(self._send(self._token_call), requested_at=requested_at)
 
-    def whoami(self) -> WhoAmI:
-        """What the token grants: company, scopes, ingestion clients, author id."""
-        return self._send(calls.whoami())
+    whoami = fetch(calls.whoami)
 
     # Pushing
 
@@ -238,52 +229,11 @@ class Client(BaseClient):
 
     # Reading data
 
-    def get_transaction(self, transaction_id: str) -> Transaction:
-        return self._send(calls.transaction(transaction_id))
-
-    def list_transactions(
-        self,
-        *,
-        client_id: str | None = None,
-        dataset_id: str | None = None,
-        status: str | None = None,
-        created_after: DateTime | None = None,
-        created_before: DateTime | None = None,
-        page_size: int = 100,
-    ) -> Pager[Transaction]:
-        """Transactions, newest first."""
-        params = calls.query(
-            client_id=client_id,
-            dataset_id=dataset_id,
-            status=status,
-            created_after=created_after,
-            created_before=created_before,
-            page_size=page_size,
-        )
-        return Pager(self._send, lambda number: calls.transactions(number, params))
-
-    def list_records(
-        self,
-        client_id: str,
-        dataset_id: str,
-        *,
-        transaction_id: str | None = None,
-        ingested_after: DateTime | None = None,
-        ingested_before: DateTime | None = None,
-        filter: Mapping[str, str | int | float | bool] | None = None,
-        page_size: int = 100,
-    ) -> Pager[Record]:
-        """Stored records in storage order, page by page (`stream_records` for many)."""
-        params = self._record_params(
-            client_id,
-            dataset_id,
-            transaction_id,
-            ingested_after,
-            ingested_before,
-            filter,
-            page_size,
-        )
-        return Pager(self._send, lambda number: calls.records(number, params))
+    get_transaction = fetch(calls.transaction)
+    list_transactions = listing(calls.transactions)
+    list_records = listing(calls.records)
+    get_dataset = fetch(calls.dataset)
+    list_datasets = listing(calls.datasets)
 
     def stream_record_lines(
         self,
@@ -293,14 +243,19 @@ class Client(BaseClient):
         transaction_id: str | None = None,
         ingested_after: DateTime | None = None,
         ingested_before: DateTime | None = None,
-        filter: Mapping[str, str | int | float | bool] | None = None,
+        filter: RecordFilter | None = None,
     ) -> Iterator[bytes]:
         """Every matching record as one NDJSON line (no line break), streamed with
         constant memory however many match."""
-        params = self._record_params(
-            client_id, dataset_id, transaction_id, ingested_after, ingested_before, filter
+        call = calls.record_stream(
+            client_id,
+            dataset_id,
+            transaction_id=transaction_id,
+            ingested_after=ingested_after,
+            ingested_before=ingested_before,
+            filter=filter,
         )
-        response = self._send(calls.record_stream(params))
+        response = self._send(call)
         try:
             for line in response.iter_lines():
                 if line:
@@ -318,7 +273,7 @@ class Client(BaseClient):
         transaction_id: str | None = None,
         ingested_after: DateTime | None = None,
         ingested_before: DateTime | None = None,
-        filter: Mapping[str, str | int | float | bool] | None = None,
+        filter: RecordFilter | None = None,
     ) -> Iterator[Record]:
         """Every matching record, streamed (NDJSON) with constant memory."""
         lines = self.stream_record_lines(
@@ -332,85 +287,13 @@ class Client(BaseClient):
         for line in lines:
             yield Record.from_json(json.loads(line))
 
-    def get_dataset(self, dataset_id: str, *, client_id: str) -> Dataset:
-        return self._send(calls.dataset(dataset_id, client_id))
+    # Reading workflows and the activity log
 
-    def list_datasets(
-        self, *, client_id: str | None = None, page_size: int = 100
-    ) -> Pager[Dataset]:
-        params = calls.query(client_id=client_id, page_size=page_size)
-        return Pager(self._send, lambda number: calls.datasets(number, params))
-
-    # Reading workflows
-
-    def get_category(self, category_id: str) -> Category:
-        return self._send(calls.category(category_id))
-
-    def list_categories(
-        self,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        sort_by: str | None = None,
-        sort_direction: str | None = None,
-        page_size: int = 100,
-    ) -> Pager[Category]:
-        """Workflow categories; `name` and `description` match case-insensitive parts."""
-        params = calls.query(
-            name=name,
-            description=description,
-            sort_by=sort_by,
-            sort_direction=sort_direction,
-            page_size=page_size,
-        )
-        return Pager(self._send, lambda number: calls.categories(number, params))
-
-    def get_template(self, template_id: str) -> Template:
-        return self._send(calls.template(template_id))
-
-    def list_templates(
-        self, *, category_id: str | None = None, page_size: int = 100
-    ) -> Pager[Template]:
-        params = calls.query(category_id=category_id, page_size=page_size)
-        return Pager(self._send, lambda number: calls.templates(number, params))
-
-    def get_workflow(self, workflow_id: str) -> Workflow:
-        return self._send(calls.workflow(workflow_id))
-
-    def get_workflow_task(self, workflow_action_id: str) -> WorkflowTask:
-        return self._send(calls.workflow_task(workflow_action_id))
-
-    def list_workflow_tasks(self, workflow_id: str, *, page_size: int = 100) -> Pager[WorkflowTask]:
-        params = calls.query(workflow_id=workflow_id, page_size=page_size)
-        return Pager(self._send, lambda number: calls.workflow_tasks(number, params))
-
-    def search_activities(
-        self,
-        filter: Mapping[str, Any] | None = None,
-        *,
-        resource_type: Match | None = None,
-        resource_id: Match | None = None,
-        author_id: Match | None = None,
-        action: Match | None = None,
-        timestamp: Mapping[str, DateTime] | None = None,
-        sort_by: str = "timestamp",
-        sort_direction: str = "desc",
-        page_size: int = 100,
-    ) -> Pager[ActivityEntry]:
-        """Activity log entries of the caller's company. Each member matches one value,
-        any of several (a list, or `one_of(...)`: `$in`); `timestamp` takes
-        `time_range(...)`. `filter` gives the raw filter object instead."""
-        body = self._activity_body(
-            filter,
-            sort_by,
-            sort_direction,
-            page_size,
-            {
-                "resource_type": resource_type,
-                "resource_id": resource_id,
-                "author_id": author_id,
-                "action": action,
-                "timestamp": timestamp,
-            },
-        )
-        return Pager(self._send, lambda number: calls.activities(number, body))
+    get_category = fetch(calls.category)
+    list_categories = listing(calls.categories)
+    get_template = fetch(calls.template)
+    list_templates = listing(calls.templates)
+    get_workflow = fetch(calls.workflow)
+    get_workflow_task = fetch(calls.workflow_task)
+    list_workflow_tasks = listing(calls.workflow_tasks)
+    search_activities = listing(calls.activities)

@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Generic, TypeVar
 
-from headwater_client._calls import Call
+from headwater_client._calls import Call, PageCall
 from headwater_client.models import Page, Resource
 
 T = TypeVar("T", bound=Resource)
-
-PageCall = Callable[[int], Call[Page[T]]]
 
 
 class Pager(Generic[T]):
