@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -77,9 +77,12 @@ class BaseClient:
         self._tokens = TokenCache(token_refresh_margin)
 
     @classmethod
-    def from_env(cls, profile: str | None = None, **options: Any) -> Self:
-        """A client from the profile file and HEADWATER_* variables (see `config`)."""
-        found = Credentials.load(profile)
+    def from_env(
+        cls, profile: str | None = None, *, environ: Mapping[str, str] | None = None, **options: Any
+    ) -> Self:
+        """A client from the profile file and HEADWATER_* variables (see `config`);
+        `environ` replaces `os.environ`."""
+        found = Credentials.load(profile, environ=environ)
         return cls(
             found.url,
             found.client_id,

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
+import httpx
+
 from headwater_client._calls import Call, PageCall
-from headwater_client.models import Resource
+from headwater_client.errors import ConnectionFailed
+from headwater_client.models import Record, Resource
 from headwater_client.pagination import AsyncPager, Pager
 
 P = ParamSpec("P")
@@ -64,5 +68,55 @@ def alisting(
 ) -> Callable[Concatenate[SendsAsync, P], AsyncPager[R]]:
     def method(self: SendsAsync, /, *args: P.args, **kwargs: P.kwargs) -> AsyncPager[R]:
         return AsyncPager(self._send, make(*args, **kwargs))
+
+    return _like(method, make)
+
+
+def ndjson_lines(
+    make: Callable[P, Call[httpx.Response]],
+) -> Callable[Concatenate[Sends, P], Iterator[bytes]]:
+    """Each line of a streamed NDJSON answer (without its line break), read as it comes."""
+
+    def method(self: Sends, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[bytes]:
+        response = self._send(make(*args, **kwargs))
+        try:
+            for line in response.iter_lines():
+                if line:
+                    yield line.encode()
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"the stream broke off: {exc}") from exc
+        finally:
+            response.close()
+
+    return _like(method, make)
+
+
+def ndjson_records(
+    make: Callable[P, Call[httpx.Response]],
+) -> Callable[Concatenate[Sends, P], Iterator[Record]]:
+    lines = ndjson_lines(make)
+
+    def method(self: Sends, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[Record]:
+        for line in lines(self, *args, **kwargs):
+            yield Record.from_json(json.loads(line))
+
+    return _like(method, make)
+
+
+def andjson_records(
+    make: Callable[P, Call[httpx.Response]],
+) -> Callable[Concatenate[SendsAsync, P], AsyncIterator[Record]]:
+    async def method(
+        self: SendsAsync, /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncIterator[Record]:
+        response = await self._send(make(*args, **kwargs))
+        try:
+            async for line in response.aiter_lines():
+                if line:
+                    yield Record.from_json(json.loads(line))
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"the stream broke off: {exc}") from exc
+        finally:
+            await response.aclose()
 
     return _like(method, make)

@@ -282,7 +282,8 @@ def record_stream(
     ingested_before: DateTime | None = None,
     filter: RecordFilter | None = None,
 ) -> Call[httpx.Response]:
-    """Every matching record as NDJSON; the caller reads and closes the open response."""
+    """Every matching record, streamed as NDJSON with constant memory however many
+    match; `filter` holds top-level fields and the values they must equal."""
     params = query(
         client_id=client_id,
         dataset_id=dataset_id,

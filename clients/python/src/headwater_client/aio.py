@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
@@ -15,23 +14,20 @@ import httpx
 from headwater_client import _calls as calls
 from headwater_client._base import BaseClient
 from headwater_client._batches import Batch, Batcher
-from headwater_client._bind import afetch, alisting
-from headwater_client._calls import Call, RecordFilter
+from headwater_client._bind import afetch, alisting, andjson_records
+from headwater_client._calls import Call
 from headwater_client._retry import Attempts
 from headwater_client.errors import (
     APIError,
-    ConnectionFailed,
     PayloadTooLarge,
     RecordsInvalid,
     WaitTimeout,
     error_from_response,
 )
 from headwater_client.files import CHUNK_BYTES
-from headwater_client.filters import DateTime
 from headwater_client.models import (
     BatchResult,
     PushResult,
-    Record,
     Token,
     Transaction,
 )
@@ -227,34 +223,7 @@ class AsyncClient(BaseClient):
     get_dataset = afetch(calls.dataset)
     list_datasets = alisting(calls.datasets)
 
-    async def stream_records(
-        self,
-        client_id: str,
-        dataset_id: str,
-        *,
-        transaction_id: str | None = None,
-        ingested_after: DateTime | None = None,
-        ingested_before: DateTime | None = None,
-        filter: RecordFilter | None = None,
-    ) -> AsyncIterator[Record]:
-        """Every matching record, streamed (NDJSON) with constant memory."""
-        call = calls.record_stream(
-            client_id,
-            dataset_id,
-            transaction_id=transaction_id,
-            ingested_after=ingested_after,
-            ingested_before=ingested_before,
-            filter=filter,
-        )
-        response = await self._send(call)
-        try:
-            async for line in response.aiter_lines():
-                if line:
-                    yield Record.from_json(json.loads(line))
-        except httpx.TransportError as exc:
-            raise ConnectionFailed(f"the record stream broke off: {exc}") from exc
-        finally:
-            await response.aclose()
+    stream_records = andjson_records(calls.record_stream)
 
     get_category = afetch(calls.category)
     list_categories = alisting(calls.categories)

@@ -35,7 +35,6 @@ from headwater_client import filters
 from headwater_client._batches import InvalidRecord
 from headwater_client._retry import RetryPolicy
 from headwater_client.client import Client
-from headwater_client.config import Credentials
 from headwater_client.errors import (
     APIError,
     AuthenticationError,
@@ -111,15 +110,8 @@ def _client(args: argparse.Namespace) -> Client:
     environ = dict(os.environ)
     if args.url:
         environ["HEADWATER_URL"] = args.url
-    found = Credentials.load(args.profile, environ=environ)
-    return Client(
-        found.url,
-        found.client_id,
-        found.client_secret,
-        audience=found.audience,
-        auth_url=found.auth_url,
-        scope=found.scope,
-        retry=RetryPolicy(max_retries=args.retries),
+    return Client.from_env(
+        args.profile, environ=environ, retry=RetryPolicy(max_retries=args.retries)
     )
 
 

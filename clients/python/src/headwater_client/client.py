@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -15,23 +14,20 @@ import httpx
 from headwater_client import _calls as calls
 from headwater_client._base import BaseClient
 from headwater_client._batches import Batch, Batcher
-from headwater_client._bind import fetch, listing
-from headwater_client._calls import Call, RecordFilter
+from headwater_client._bind import fetch, listing, ndjson_lines, ndjson_records
+from headwater_client._calls import Call
 from headwater_client._retry import Attempts
 from headwater_client.errors import (
     APIError,
-    ConnectionFailed,
     PayloadTooLarge,
     RecordsInvalid,
     WaitTimeout,
     error_from_response,
 )
 from headwater_client.files import chunks
-from headwater_client.filters import DateTime
 from headwater_client.models import (
     BatchResult,
     PushResult,
-    Record,
     Token,
     Transaction,
 )
@@ -235,57 +231,8 @@ class Client(BaseClient):
     get_dataset = fetch(calls.dataset)
     list_datasets = listing(calls.datasets)
 
-    def stream_record_lines(
-        self,
-        client_id: str,
-        dataset_id: str,
-        *,
-        transaction_id: str | None = None,
-        ingested_after: DateTime | None = None,
-        ingested_before: DateTime | None = None,
-        filter: RecordFilter | None = None,
-    ) -> Iterator[bytes]:
-        """Every matching record as one NDJSON line (no line break), streamed with
-        constant memory however many match."""
-        call = calls.record_stream(
-            client_id,
-            dataset_id,
-            transaction_id=transaction_id,
-            ingested_after=ingested_after,
-            ingested_before=ingested_before,
-            filter=filter,
-        )
-        response = self._send(call)
-        try:
-            for line in response.iter_lines():
-                if line:
-                    yield line.encode()
-        except httpx.TransportError as exc:
-            raise ConnectionFailed(f"the record stream broke off: {exc}") from exc
-        finally:
-            response.close()
-
-    def stream_records(
-        self,
-        client_id: str,
-        dataset_id: str,
-        *,
-        transaction_id: str | None = None,
-        ingested_after: DateTime | None = None,
-        ingested_before: DateTime | None = None,
-        filter: RecordFilter | None = None,
-    ) -> Iterator[Record]:
-        """Every matching record, streamed (NDJSON) with constant memory."""
-        lines = self.stream_record_lines(
-            client_id,
-            dataset_id,
-            transaction_id=transaction_id,
-            ingested_after=ingested_after,
-            ingested_before=ingested_before,
-            filter=filter,
-        )
-        for line in lines:
-            yield Record.from_json(json.loads(line))
+    stream_record_lines = ndjson_lines(calls.record_stream)
+    stream_records = ndjson_records(calls.record_stream)
 
     # Reading workflows and the activity log
 
