@@ -138,7 +138,7 @@ Copy and paste, in another terminal:
   # a file: get an upload URL, PUT the CSV there, then follow its transaction
   TICKET=$(curl -s '{base_url}/platform/v1/data/file_upload_url?client_id={data.ingestion_client}&dataset_id={DEMO_DATASET}&file_name=orders.csv&content_type=text/csv' -H "Authorization: Bearer $TOKEN")
   field() {{ echo "$TICKET" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }}
-  printf 'order_id,amount\nF-1,7.50\nF-2,8\n' | curl -s -X PUT --data-binary @- -H 'Content-Type: text/csv' "$(field upload_url)"
+  printf 'order_id,amount\\nF-1,7.50\\nF-2,8\\n' | curl -s -X PUT --data-binary @- -H 'Content-Type: text/csv' "$(field upload_url)"
   sleep 2; curl -s {base_url}/platform/v1/transactions/$(field transaction_id) -H "Authorization: Bearer $TOKEN"; echo
   curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
   curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
@@ -153,7 +153,7 @@ Or with the Python client and command line (clients/python/README.md):
 
   export HEADWATER_URL={base_url} HEADWATER_CLIENT_ID={data.client_id} HEADWATER_CLIENT_SECRET={data.client_secret}
   {client_cli} whoami
-  printf 'order_id,amount\nC-1,4.25\nC-2,5\n' > "${{TMPDIR:-/tmp}}/demo-orders.csv"
+  printf 'order_id,amount\\nC-1,4.25\\nC-2,5\\n' > "${{TMPDIR:-/tmp}}/demo-orders.csv"
   {client_cli} upload "${{TMPDIR:-/tmp}}/demo-orders.csv" -c {data.ingestion_client} -d {DEMO_DATASET}
   {client_cli} records export -c {data.ingestion_client} -d {DEMO_DATASET}
   {client_cli} activities search --action update --limit 5

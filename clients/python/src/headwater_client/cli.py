@@ -132,9 +132,16 @@ def _fields(resource: Resource, *names: str, title: str | None = None) -> None:
     table.add_column(style="bold")
     table.add_column()
     for name in names:
-        value = resource.to_json().get(name)
-        table.add_row(name, "" if value is None else str(value))
+        table.add_row(name, _cell(resource.to_json().get(name)))
     out.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return str(value)
 
 
 def _rows(items: Iterable[Resource], columns: Sequence[str], *, as_json: bool) -> None:
@@ -142,10 +149,12 @@ def _rows(items: Iterable[Resource], columns: Sequence[str], *, as_json: bool) -
         for item in items:
             print(json.dumps(item.to_json()))
         return
-    table = Table(*columns)
+    table = Table()
+    for column in columns:  # ids are copied from here: wrap them, never cut them short
+        table.add_column(column, overflow="fold")
     for item in items:
         raw = item.to_json()
-        table.add_row(*("" if raw.get(c) is None else str(raw.get(c)) for c in columns))
+        table.add_row(*(_cell(raw.get(c)) for c in columns))
     out.print(table)
 
 
