@@ -238,6 +238,7 @@ def test_only_the_callers_company_whatever_the_filter(tenant: Tenant, other_tena
         ({"sort_by": "before"}, "/sort_by"),
         ({"sort_direction": "up"}, "/sort_direction"),
         ({"page": -1}, "/page"),
+        ({"page": 10**32}, "/page"),
         ({"page_size": 0}, "/page_size"),
         ({"page_size": 101}, "/page_size"),
         ({"page": "1"}, "/page"),

@@ -93,6 +93,8 @@ def test_openapi_is_complete(client: TestClient) -> None:
     names = {p["name"] for p in listing["parameters"]}
     assert {"name", "description", "page", "page_size", "sort_by", "sort_direction"} <= names
     assert "409" in paths["/app/v1/workflows/{workflow_id}"]["patch"]["responses"]
+    # found by schemathesis: an unknown workflow_id answers 404, which was not documented
+    assert "404" in paths["/app/v1/workflow_tasks"]["get"]["responses"]
     push = paths["/platform/v1/data/json"]["post"]
     assert {"400", "403", "404", "409", "413", "415", "422"} <= set(push["responses"])
     assert push["requestBody"]["content"]["application/json"]["schema"]["properties"]["data"]

@@ -159,6 +159,7 @@ def test_list_shows_only_the_callers_company(tenant: Tenant, other_tenant: Tenan
         ({"sort_by": "password"}, "sort_by"),
         ({"sort_direction": "up"}, "sort_direction"),
         ({"page": -1}, "page"),
+        ({"page": 10**32}, "page"),
         ({"page_size": 0}, "page_size"),
         ({"page_size": 101}, "page_size"),
         ({"page": "abc"}, "page"),

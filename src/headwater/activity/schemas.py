@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from headwater.kit.clock import InputDateTime, Timestamp
+from headwater.kit.pagination import MAX_PAGE
 from headwater.kit.schemas import Input, Output
 
 ResourceType = Literal[
@@ -116,7 +117,9 @@ class ActivityFilter(Input):
 
 
 class ActivitySearch(Input):
-    page: int = Field(0, ge=0, strict=True, description="Page number, from 0.", examples=[0])
+    page: int = Field(
+        0, ge=0, le=MAX_PAGE, strict=True, description="Page number, from 0.", examples=[0]
+    )
     page_size: int = Field(
         20, ge=1, le=100, strict=True, description="Entries per page, 1-100.", examples=[20]
     )

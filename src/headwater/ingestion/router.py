@@ -340,7 +340,7 @@ def list_schema_versions(
 def get_schema_version(
     client_id: ClientIdPath,
     dataset_id: DatasetIdPath,
-    version: Annotated[int, Path(ge=1, description="Schema version number, from 1.")],
+    version: Annotated[int, Path(ge=1, le=2**31 - 1, description="Schema version number, from 1.")],
     session: ReadSessionDep,
     _: Admin,
 ) -> object:

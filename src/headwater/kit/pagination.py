@@ -18,6 +18,10 @@ MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 20
 
 
+# Far beyond any real list, and small enough that page * page_size stays a 64-bit offset.
+MAX_PAGE = 10_000_000
+
+
 class PageQuery(Input):
     """`page` and `page_size` of every list: query parameters, or built by a service.
 
@@ -25,7 +29,7 @@ class PageQuery(Input):
     subclass it.
     """
 
-    page: int = Field(0, ge=0, description="Page number, from 0.", examples=[0])
+    page: int = Field(0, ge=0, le=MAX_PAGE, description="Page number, from 0.", examples=[0])
     page_size: int = Field(
         DEFAULT_PAGE_SIZE,
         ge=1,

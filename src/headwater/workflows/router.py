@@ -137,7 +137,11 @@ def update_workflow(
     )
 
 
-@router.get("/workflow_tasks", response_model=Page[TaskRead])
+@router.get(
+    "/workflow_tasks",
+    response_model=Page[TaskRead],
+    responses={404: {"description": "No workflow with that id in the caller's company."}},
+)
 def list_tasks(
     query: Annotated[TaskQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
 ) -> object:
