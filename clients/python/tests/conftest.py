@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import backend, database_url, pg_database  # noqa: F401 (fixtures)
-from tests.factories import OPERATOR_ID, OPERATOR_SECRET
+from tests.factories import OPERATOR_ID, OPERATOR_SECRET, get_token
 from tests.http_server import running_server
 
 from headwater_client import AsyncClient, Client, RetryPolicy
@@ -102,7 +102,7 @@ class Tenant:
         self.client_id = f"crm-{uuid.uuid4().hex[:10]}"
         self.dataset_id = "orders"
         with httpx.Client(base_url=url, timeout=60) as http:
-            operator = _token(http, OPERATOR_ID, OPERATOR_SECRET)
+            operator = get_token(http, OPERATOR_ID, OPERATOR_SECRET)
             admin = {"Authorization": f"Bearer {operator}"}
 
             def post(path: str, body: dict[str, Any]) -> Any:
@@ -142,7 +142,7 @@ class Tenant:
     def api(self) -> httpx.Client:
         """Plain HTTP with this tenant's bearer token, to set things up."""
         with httpx.Client(base_url=self.url, timeout=60) as http:
-            token = _token(http, self.credential_id, self.credential_secret)
+            token = get_token(http, self.credential_id, self.credential_secret)
         return httpx.Client(
             base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {token}"}
         )
@@ -155,13 +155,6 @@ class Tenant:
             "HEADWATER_CLIENT_SECRET": self.credential_secret,
             **extra,
         }
-
-
-def _token(http: httpx.Client, client_id: str, secret: str) -> str:
-    body = {"client_id": client_id, "client_secret": secret, "audience": "headwater-api"}
-    response = http.post("/oauth/token", json=body)
-    assert response.status_code == 200, response.text
-    return str(response.json()["access_token"])
 
 
 @pytest.fixture
@@ -178,3 +171,9 @@ def orders(count: int, start: int = 0, **extra: Any) -> Iterator[dict[str, Any]]
     """Valid records, made lazily."""
     for number in range(start, start + count):
         yield {"order_id": f"O-{number}", "amount": number + 0.5, **extra}
+
+
+def stored_ids(tenant: Tenant) -> list[str]:
+    """The `order_id` of every record the tenant's dataset holds, in storage order."""
+    with tenant.client() as hw:
+        return [r.data["order_id"] for r in hw.stream_records(tenant.client_id, tenant.dataset_id)]

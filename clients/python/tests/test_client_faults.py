@@ -12,7 +12,7 @@ import pytest
 from faulty_proxy import FaultyProxy
 from tests.http_server import running_server
 
-from conftest import Recorder, Tenant, orders, server_env
+from conftest import Recorder, Tenant, orders, server_env, stored_ids
 from headwater_client import ConnectionFailed, RetryPolicy
 
 pytestmark = pytest.mark.http
@@ -43,11 +43,6 @@ def proxied(proxy: FaultyProxy) -> Iterator[Tenant]:
     yield Tenant(proxy.url)
 
 
-def stored(tenant: Tenant) -> list[str]:
-    with tenant.client() as hw:
-        return [r.data["order_id"] for r in hw.stream_records(tenant.client_id, tenant.dataset_id)]
-
-
 def test_a_push_whose_answer_is_lost_is_stored_exactly_once(
     proxied: Tenant, proxy: FaultyProxy, recorder: Recorder
 ) -> None:
@@ -61,7 +56,7 @@ def test_a_push_whose_answer_is_lost_is_stored_exactly_once(
     assert [b.records_accepted for b in result.batches] == [100, 100, 50]
     assert [b.replayed for b in result.batches] == [True, False, False]
     assert len(set(result.transaction_ids)) == 3
-    assert sorted(stored(proxied)) == sorted(f"O-{n}" for n in range(250))
+    assert sorted(stored_ids(proxied)) == sorted(f"O-{n}" for n in range(250))
 
 
 def test_a_503_is_retried_after_its_retry_after(
@@ -79,7 +74,7 @@ def test_a_503_is_retried_after_its_retry_after(
     assert all(" 503, retry " in message for message in retries)
     # Retry-After: 1 is honoured: the waits logged are at least a second each
     assert all(float(m.rsplit(" in ", 1)[1].split()[0]) >= 1.0 for m in retries)
-    assert sorted(stored(proxied)) == ["O-0", "O-1", "O-2"]
+    assert sorted(stored_ids(proxied)) == ["O-0", "O-1", "O-2"]
 
 
 def test_retries_give_up_after_the_policy_allows(proxied: Tenant, proxy: FaultyProxy) -> None:
@@ -92,7 +87,7 @@ def test_retries_give_up_after_the_policy_allows(proxied: Tenant, proxy: FaultyP
     assert "POST /platform/v1/data/json" in str(failed.value)
     assert proxy.injected == ["drop_answer"] * 3
     # every try reached the server; the first stored, the others were answered from it
-    assert stored(proxied) == ["O-0", "O-1"]
+    assert stored_ids(proxied) == ["O-0", "O-1"]
 
 
 def test_an_upload_whose_answer_is_lost_still_succeeds(
@@ -107,4 +102,4 @@ def test_an_upload_whose_answer_is_lost_still_succeeds(
     assert proxy.injected == ["drop_answer"]
     assert transaction.status == "completed"
     assert transaction.records_accepted == 2
-    assert sorted(stored(proxied)) == ["A-1", "A-2"]
+    assert sorted(stored_ids(proxied)) == ["A-1", "A-2"]

@@ -12,15 +12,10 @@ from typing import Any
 import pytest
 from tests.http_server import running_server
 
-from conftest import Recorder, Tenant, orders, server_env
+from conftest import Recorder, Tenant, orders, server_env, stored_ids
 from headwater_client import InvalidRecord, PushRejected, RateLimited, RetryPolicy
 
 pytestmark = pytest.mark.http
-
-
-def stored_ids(tenant: Tenant) -> list[str]:
-    with tenant.client() as hw:
-        return [r.data["order_id"] for r in hw.stream_records(tenant.client_id, tenant.dataset_id)]
 
 
 def test_a_generator_is_pushed_in_batches_of_at_most_1000(

@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.factories import OPERATOR_ID, OPERATOR_SECRET
+from tests.factories import OPERATOR_ID, OPERATOR_SECRET, run_cli
 from tests.http_server import running_server
 
 from conftest import FAST, Recorder, Tenant, server_env
@@ -150,11 +147,10 @@ def _wait_until_refused(url: str, token: str) -> None:
 
 
 def _headwater(env: dict[str, str], *args: str) -> None:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | env
-    subprocess.run(
-        [sys.executable, "-m", "headwater.cli", *args],
-        env=full,
-        check=True,
-        capture_output=True,
-        cwd=Path(env["HEADWATER_DATA_DIR"]),
+    """`headwater ARGS` against the rotating server's database."""
+    done = run_cli(
+        *args,
+        data_dir=Path(env["HEADWATER_DATA_DIR"]),
+        database_url=env.get("HEADWATER_DATABASE_URL"),
     )
+    assert done.returncode == 0, done.stderr

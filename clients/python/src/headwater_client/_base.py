@@ -16,9 +16,9 @@ from headwater_client._calls import Call
 from headwater_client._retry import RetryPolicy
 from headwater_client._tokens import TokenCache
 from headwater_client.config import DEFAULT_AUDIENCE, Credentials
-from headwater_client.errors import APIError, ConfigurationError, PushRejected
+from headwater_client.errors import APIError, ConfigurationError
 from headwater_client.files import guess_content_type
-from headwater_client.models import BatchResult, Transaction
+from headwater_client.models import Transaction
 
 try:
     from importlib.metadata import version
@@ -124,10 +124,6 @@ class BaseClient:
         if not _KEY.match(idempotency_key):
             raise ValueError("idempotency_key: 1-200 printable ASCII characters, no spaces")
         return idempotency_key
-
-    @staticmethod
-    def _rejected(exc: APIError, first_record: int, done: list[BatchResult]) -> PushRejected:
-        return PushRejected(exc, first_record=first_record, committed=list(done))
 
     @staticmethod
     def _upload(path: str | Path, content_type: str | None, file_name: str | None) -> Upload:

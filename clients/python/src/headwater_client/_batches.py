@@ -119,7 +119,8 @@ class Batcher:
 
     def shrink(self, batch: Batch, *, code: str) -> None:
         """The service refused `batch` as too large (`batch_too_large`: too many records;
-        otherwise too many bytes): later batches are cut at half its size."""
+        otherwise too many bytes): later batches are cut at half its size, so that
+        `batch` itself no longer `fits`."""
         if code == "batch_too_large":
             self.max_records = min(self.max_records, max(1, batch.count // 2))
         else:

@@ -90,13 +90,23 @@ def resource(method: str, path: str, model: type[R], **kwargs: Any) -> Call[R]:
     return Call(method, path, lambda r: model.from_json(_json(r)), **kwargs)
 
 
-def pages(model: type[R], path: str, params: Mapping[str, Any]) -> PageCall[R]:
-    """The call for each page number of a list."""
+def pages(
+    model: type[R],
+    path: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    body: Mapping[str, Any] | None = None,
+) -> PageCall[R]:
+    """The call for each page number of a list: a GET with `params`, or a POST of
+    `body` (a search); the page number goes into whichever it is."""
+
+    def parse(response: httpx.Response) -> Page[R]:
+        return Page.parse(model, _json(response))
 
     def page(number: int) -> Call[Page[R]]:
-        return Call(
-            "GET", path, lambda r: Page.parse(model, _json(r)), params={**params, "page": number}
-        )
+        if body is not None:
+            return Call("POST", path, parse, json={**body, "page": number})
+        return Call("GET", path, parse, params={**(params or {}), "page": number})
 
     return page
 
@@ -208,16 +218,7 @@ def activities(
     }
     if chosen:
         body["filter"] = chosen
-
-    def page(number: int) -> Call[Page[ActivityEntry]]:
-        return Call(
-            "POST",
-            "/app/v1/activities/search",
-            lambda r: Page.parse(ActivityEntry, _json(r)),
-            json={**body, "page": number},
-        )
-
-    return page
+    return pages(ActivityEntry, "/app/v1/activities/search", body=body)
 
 
 def transaction(transaction_id: str) -> Call[Transaction]:

@@ -20,6 +20,7 @@ from headwater_client._retry import Attempts
 from headwater_client.errors import (
     APIError,
     PayloadTooLarge,
+    PushRejected,
     RecordsInvalid,
     WaitTimeout,
     error_from_response,
@@ -162,10 +163,9 @@ class AsyncClient(BaseClient):
             if batch.count == 1:
                 raise
             batcher.shrink(batch, code=exc.code)
-            for half in batch.halves():
-                await self._push_batch(half, key, batcher, done)
+            await self._push_batch(batch, key, batcher, done)  # no longer fits: cut in halves
         except RecordsInvalid as exc:
-            raise self._rejected(exc, batch.first_record, done) from None
+            raise PushRejected(exc, first_record=batch.first_record, committed=list(done)) from None
 
     async def upload_file(
         self,

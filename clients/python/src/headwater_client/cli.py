@@ -32,7 +32,6 @@ from rich.progress import (
 from rich.table import Table
 
 from headwater_client import filters
-from headwater_client._batches import InvalidRecord
 from headwater_client._retry import RetryPolicy
 from headwater_client.client import Client
 from headwater_client.errors import (
@@ -96,7 +95,7 @@ def _report(exc: BaseException) -> int:
     if isinstance(exc, ConfigurationError):
         _error(exc)
         return USAGE
-    if isinstance(exc, Failed | InvalidRecord | HeadwaterError | OSError):
+    if isinstance(exc, Failed | HeadwaterError | OSError):
         _error(exc)
         return REFUSED
     raise exc

@@ -20,6 +20,7 @@ from headwater_client._retry import Attempts
 from headwater_client.errors import (
     APIError,
     PayloadTooLarge,
+    PushRejected,
     RecordsInvalid,
     WaitTimeout,
     error_from_response,
@@ -161,10 +162,9 @@ class Client(BaseClient):
             if batch.count == 1:
                 raise
             batcher.shrink(batch, code=exc.code)
-            for half in batch.halves():
-                self._push_batch(half, key, batcher, done)
+            self._push_batch(batch, key, batcher, done)  # no longer fits: cut in halves
         except RecordsInvalid as exc:
-            raise self._rejected(exc, batch.first_record, done) from None
+            raise PushRejected(exc, first_record=batch.first_record, committed=list(done)) from None
 
     # Files
 
