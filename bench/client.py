@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +22,7 @@ sys.path.insert(0, str(ROOT / "clients" / "python" / "tests"))
 
 from tests.factories import OPERATOR_ID, OPERATOR_SECRET
 
-from conftest import Tenant
+from conftest import Tenant, upload_in_own_process, write_wide_csv
 
 PUSH_RECORDS = 200_000
 UPLOAD_ROWS = 104_000  # about 1 KB each: 100 MiB
@@ -46,22 +44,10 @@ def bench_push(tenant: Tenant) -> None:
 
 def bench_upload(tenant: Tenant, folder: Path) -> None:
     path = folder / "orders.csv"
-    with path.open("w") as out:
-        out.write("order_id,amount,note\n")
-        for start in range(0, UPLOAD_ROWS, 1000):
-            out.write("".join(f"U-{n},{n}.5,{'n' * 1000}\n" for n in range(start, start + 1000)))
-    size = path.stat().st_size
-    script = ROOT / "clients" / "python" / "tests" / "upload_peak.py"
-    args = [tenant.url, tenant.credential_id, tenant.credential_secret, tenant.client_id]
+    size = write_wide_csv(path, UPLOAD_ROWS)
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, str(script), *args, tenant.dataset_id, str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    report = upload_in_own_process(tenant, path)
     uploaded = time.perf_counter() - started
-    report = json.loads(done.stdout)
     with tenant.client() as hw:
         transaction = hw.wait_for_transaction(report["transaction_id"], timeout=1800)
     processed = time.perf_counter() - started

@@ -4,6 +4,9 @@ its operator API, and clients for them. Nothing here fakes the transport."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,3 +180,31 @@ def stored_ids(tenant: Tenant) -> list[str]:
     """The `order_id` of every record the tenant's dataset holds, in storage order."""
     with tenant.client() as hw:
         return [r.data["order_id"] for r in hw.stream_records(tenant.client_id, tenant.dataset_id)]
+
+
+def write_wide_csv(path: Path, rows: int) -> int:
+    """A CSV of `rows` orders with a 1000-character note each (about 1 KB a row);
+    answers its size in bytes."""
+    note = "n" * 1000
+    with path.open("w") as out:
+        out.write("order_id,amount,note\n")
+        for start in range(0, rows, 1000):
+            out.write("".join(f"O-{n},{n}.5,{note}\n" for n in range(start, start + 1000)))
+    return path.stat().st_size
+
+
+def upload_in_own_process(tenant: Tenant, path: Path) -> dict[str, Any]:
+    """Upload `path` with the client from a process of its own (upload_peak.py); answers
+    its report: peak memory before and after the upload, the transaction id, the progress
+    calls."""
+    script = Path(__file__).parent / "upload_peak.py"
+    args = [tenant.url, tenant.credential_id, tenant.credential_secret, tenant.client_id]
+    done = subprocess.run(
+        [sys.executable, str(script), *args, tenant.dataset_id, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import Tenant
+from conftest import Tenant, upload_in_own_process, write_wide_csv
 from headwater_client import HeadwaterError, InvalidRequest, Transaction
 from headwater_client.files import guess_content_type
 
@@ -23,24 +20,11 @@ HERE = Path(__file__).parent
 
 def test_a_100_mb_file_streams_with_bounded_client_memory(tenant: Tenant, tmp_path: Path) -> None:
     rows = 104_000
-    note = "n" * 1000
     path = tmp_path / "orders.csv"
-    with path.open("w") as out:
-        out.write("order_id,amount,note\n")
-        for start in range(0, rows, 1000):
-            out.write("".join(f"O-{n},{n}.5,{note}\n" for n in range(start, start + 1000)))
-    size = path.stat().st_size
+    size = write_wide_csv(path, rows)
     assert size > 100 * 1024 * 1024
 
-    args = [tenant.url, tenant.credential_id, tenant.credential_secret, tenant.client_id]
-    done = subprocess.run(
-        [sys.executable, str(HERE / "upload_peak.py"), *args, tenant.dataset_id, str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    report = json.loads(done.stdout)
+    report = upload_in_own_process(tenant, path)
     grown_mib = (report["after_kib"] - report["before_kib"]) / 1024
     # the file is over 100 MiB; the client holds a 1 MiB piece at a time
     assert grown_mib < 16, f"the client's peak memory grew by {grown_mib:.1f} MiB"
