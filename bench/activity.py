@@ -316,11 +316,11 @@ def main() -> None:
 
         print("\nEXPLAIN ANALYZE, page and count queries as the API runs them:")
         for label, (_, _, body) in results.items():
-            stmt, order = activity.search_statement(
+            statements = activity.search_statements(
                 company_id=companies[0], query=ActivitySearch.model_validate(body)
             )
-            page = stmt.order_by(*order).offset(body.get("page", 0) * 20).limit(20)
-            count = select(func.count()).select_from(stmt.order_by(None).subquery())
+            page = statements.page.params(statements.params)
+            count = statements.count.params(statements.params)
             print(f"{label}\n  page:\n{explain(db, page)}\n  count:\n{explain(db, count)}")
         stmt, order = workflows.category_statement(
             company_id=companies[0], query=CategoryQuery(name=word)

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
@@ -104,6 +105,8 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
         max_overflow=10,
         pool_timeout=settings.db_connect_timeout_seconds,
         connect_args={"connect_timeout": settings.db_connect_timeout_seconds},
+        # JSONB read back (activity states, dataset options) parsed at C speed
+        json_deserializer=orjson.loads,
     )
 
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import insert, text
 from sqlalchemy.exc import OperationalError
 
 from headwater.activity import chain
@@ -147,13 +147,12 @@ def test_filtered_searches_use_indexes(pg: Database, crowded: Any, shape: str) -
         .replace('"RESOURCE"', f'"{resource}"')
         .replace('"AUTHOR"', f'"{author}"')
     )
-    stmt, order = activity.search_statement(
+    statements = activity.search_statements(
         company_id=company, query=ActivitySearch.model_validate(body)
     )
-    page = stmt.order_by(*order).limit(20)
-    count = select(func.count()).select_from(stmt.order_by(None).subquery())
     with pg.session() as session:
-        for query in (page, count):
+        for query in (statements.page, statements.count):
+            query = query.params(statements.params)
             sql = str(
                 query.compile(
                     dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}

@@ -7,18 +7,18 @@ from starlette.responses import Response
 
 from headwater.activity import service
 from headwater.activity.schemas import ActivityEntryRead, ActivitySearch
-from headwater.deps import ActivitiesRead, ReadSessionDep
+from headwater.deps import ActivitiesRead, ReaderDep
 from headwater.kit.pagination import Page
 
 router = APIRouter(prefix="/app/v1", tags=["activity"])
 
 
 @router.post("/activities/search", response_model=Page[ActivityEntryRead])
-def search(body: ActivitySearch, session: ReadSessionDep, caller: ActivitiesRead) -> Response:
+async def search(body: ActivitySearch, read: ReaderDep, caller: ActivitiesRead) -> Response:
     """Search the company's activity log. Filter members `resource_type`, `resource_id`,
     `author_id` and `action` match a value or `{"$in": [...]}`; `timestamp` takes `$gt`,
     `$gte`, `$lt`, `$lte`. Unknown members or operators answer 400."""
     return Response(
-        service.search(session, company_id=caller.actor.company_id, query=body),
+        await read(service.search, company_id=caller.actor.company_id, query=body),
         media_type="application/json",
     )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, func, select
+from sqlalchemy import Integer, Select, Uuid, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import chain
@@ -18,7 +18,7 @@ from headwater.db import dialect_insert
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import iso_ms, utcnow_ms
-from headwater.kit.pagination import PageQuery, total_pages
+from headwater.kit.pagination import total_pages
 
 
 def chain_fields(entry: ActivityEntry) -> dict[str, Any]:
@@ -97,38 +97,27 @@ _totals: LRU[int] = LRU(maxsize=4096)
 def log_position(session: Session, company_id: uuid.UUID) -> int:
     """How many entries the company's log holds. Every audited change moves it forward, so
     it versions everything of the company that is written through the services."""
-    head = session.get(ActivityHead, company_id)
-    return head.count if head else 0
+    count = session.connection().scalar(_POSITION, {"company_id": company_id})
+    return count or 0
 
 
-def search_statement(
-    *, company_id: uuid.UUID, query: ActivitySearch
-) -> tuple[Select[ActivityEntry], list[Any]]:
-    """The filtered statement and its total order; no filter reaches past the company."""
-    stmt = select(ActivityEntry).where(ActivityEntry.company_id == company_id)
-    f = query.filter
-    if f is not None:
-        for name in _MATCHED:
-            values = getattr(f, name)
-            if values:
-                column = getattr(ActivityEntry, name)
-                stmt = stmt.where(column == values[0] if len(values) == 1 else column.in_(values))
-        if f.timestamp is not None:
-            ts, bounds = ActivityEntry.timestamp, f.timestamp
-            for bound, condition in (
-                (bounds.gt, ts.__gt__),
-                (bounds.gte, ts.__ge__),
-                (bounds.lt, ts.__lt__),
-                (bounds.lte, ts.__le__),
-            ):
-                if bound is not None:
-                    stmt = stmt.where(condition(bound))
-    columns = [getattr(ActivityEntry, query.sort_by)]
-    if query.sort_by != "timestamp":
-        columns.append(ActivityEntry.timestamp)
-    columns.append(ActivityEntry.seq)
-    order = [c.desc() if query.sort_direction == "desc" else c.asc() for c in columns]
-    return stmt, order
+_POSITION = select(ActivityHead.count).where(
+    ActivityHead.company_id == bindparam("company_id", type_=Uuid())
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchStatements:
+    """A search's page and count statements with their bound values.
+
+    The statements depend only on the query's shape (which members, which operators, the
+    sort), so they are built once per shape and reused: building and hashing a statement
+    costs more than PostgreSQL takes to run it.
+    """
+
+    page: Select[Any]
+    count: Select[Any]
+    params: dict[str, Any]
 
 
 _SHOWN = (
@@ -141,6 +130,67 @@ _SHOWN = (
     "after",
     "timestamp",
 )
+_BOUNDS = {"gt": "__gt__", "gte": "__ge__", "lt": "__lt__", "lte": "__le__"}
+_statements: dict[tuple[Any, ...], tuple[Select[Any], Select[Any]]] = {}
+
+
+def _build(
+    matched: tuple[tuple[str, bool], ...], bounds: tuple[str, ...], sort_by: str, desc: bool
+) -> tuple[Select[Any], Select[Any]]:
+    # typed parameters: the statements are also compiled with their values for EXPLAIN
+    where = [ActivityEntry.company_id == bindparam("company_id", type_=Uuid())]
+    for name, many in matched:
+        column = getattr(ActivityEntry, name)
+        where.append(
+            column.in_(bindparam(name, expanding=True, type_=column.type))
+            if many
+            else column == bindparam(name, type_=column.type)
+        )
+    ts = ActivityEntry.timestamp
+    for bound in bounds:
+        where.append(getattr(ts, _BOUNDS[bound])(bindparam("ts_" + bound, type_=ts.type)))
+    columns = [getattr(ActivityEntry, sort_by)]
+    if sort_by != "timestamp":
+        columns.append(ActivityEntry.timestamp)
+    columns.append(ActivityEntry.seq)
+    page = (
+        select(*(getattr(ActivityEntry, name) for name in _SHOWN))
+        .where(*where)
+        .order_by(*(c.desc() if desc else c.asc() for c in columns))
+        .offset(bindparam("offset", type_=Integer))
+        .limit(bindparam("limit", type_=Integer))
+    )
+    count = select(func.count()).select_from(select(ActivityEntry.id).where(*where).subquery())
+    return page, count
+
+
+def search_statements(*, company_id: uuid.UUID, query: ActivitySearch) -> SearchStatements:
+    """The page and count statements of a search; no filter reaches past the company."""
+    params: dict[str, Any] = {
+        "company_id": company_id,
+        "offset": query.page * query.page_size,
+        "limit": query.page_size,
+    }
+    matched: list[tuple[str, bool]] = []
+    bounds: list[str] = []
+    f = query.filter
+    if f is not None:
+        for name in _MATCHED:
+            values = getattr(f, name)
+            if values:
+                matched.append((name, len(values) > 1))
+                params[name] = list(values) if len(values) > 1 else values[0]
+        if f.timestamp is not None:
+            for bound in _BOUNDS:
+                value = getattr(f.timestamp, bound)
+                if value is not None:
+                    bounds.append(bound)
+                    params["ts_" + bound] = value
+    shape = (tuple(matched), tuple(bounds), query.sort_by, query.sort_direction == "desc")
+    built = _statements.get(shape)
+    if built is None:  # a bounded set: 2^4 matches x 2^4 bounds x sorts x directions
+        built = _statements[shape] = _build(*shape)
+    return SearchStatements(page=built[0], count=built[1], params=params)
 
 
 def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) -> bytes:
@@ -149,27 +199,23 @@ def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) ->
     The hot read path: rows go straight to JSON, with no ORM objects or model validation
     for data the database already typed.
     """
-    stmt, order = search_statement(company_id=company_id, query=query)
-    params = PageQuery(page=query.page, page_size=query.page_size)
+    statements = search_statements(company_id=company_id, query=query)
+    connection = session.connection()  # Core rows: no ORM loading on the hot path
     position = log_position(session, company_id)
-    rows = session.execute(
-        stmt.with_only_columns(*(getattr(ActivityEntry, name) for name in _SHOWN))
-        .order_by(*order)
-        .offset(params.offset)
-        .limit(params.page_size)
-    ).all()
+    rows = connection.execute(statements.page, statements.params).all()
     if query.filter is None or not query.filter.model_fields_set:
         total = position  # unfiltered: the chain's length, nothing to count
     else:
         key = (company_id, position, query.filter.model_dump_json())
-        counting = select(func.count()).select_from(stmt.order_by(None).subquery())
-        total = _totals.get_or_compute(key, lambda: session.scalar(counting) or 0)
+        total = _totals.get_or_compute(
+            key, lambda: connection.scalar(statements.count, statements.params) or 0
+        )
     return orjson.dumps(
         {
-            "page_number": params.page,
-            "page_size": params.page_size,
+            "page_number": query.page,
+            "page_size": query.page_size,
             "total_entries": total,
-            "total_pages": total_pages(total, params.page_size),
+            "total_pages": total_pages(total, query.page_size),
             "data": [{**row._asdict(), "timestamp": iso_ms(row.timestamp)} for row in rows],
         }
     )

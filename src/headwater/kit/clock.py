@@ -14,9 +14,9 @@ def utcnow() -> datetime:
 
 def iso_ms(value: datetime) -> str:
     """UTC ISO 8601 with milliseconds and `Z`, the only date-time format the API answers."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if value.tzinfo is not UTC:  # the database layer hands back UTC already: skip the work
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value.isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 Timestamp = Annotated[

@@ -82,7 +82,12 @@ def paginate(
         statement = select(func.count()).select_from(query.order_by(None).subquery())
         return session.scalar(statement) or 0
 
-    items = session.scalars(
+    result = session.execute(
         query.order_by(*order_by).offset(params.offset).limit(params.page_size)
-    ).all()
+    )
+    # A query of one mapped entity answers objects; a query of columns answers Core rows,
+    # which item models validate from attributes just the same, without ORM loading.
+    selected = query.column_descriptions
+    entity = len(selected) == 1 and selected[0]["expr"] is selected[0]["entity"]
+    items = result.scalars().all() if entity else result.all()
     return items, count(total) if count else total()

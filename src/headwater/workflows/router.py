@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from headwater.deps import ReadSessionDep, SessionDep, WorkflowsRead, WorkflowsWrite
+from headwater.deps import ReaderDep, ReadSessionDep, SessionDep, WorkflowsRead, WorkflowsWrite
 from headwater.kit.pagination import Page
 from headwater.kit.responses import json_response
 from headwater.workflows import service
@@ -41,11 +41,13 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/workflow_categories", response_model=Page[CategoryRead])
-def list_categories(
-    query: Annotated[CategoryQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
+async def list_categories(
+    query: Annotated[CategoryQuery, Query()], read: ReaderDep, caller: WorkflowsRead
 ) -> object:
     """The company's categories, filtered by name/description substrings, sorted and paged."""
-    items, total = service.list_categories(session, company_id=caller.actor.company_id, query=query)
+    items, total = await read(
+        service.list_categories, company_id=caller.actor.company_id, query=query
+    )
     return json_response(Page[CategoryRead].of(items, params=query, total=total))
 
 
@@ -75,10 +77,12 @@ def delete_category(id: CategoryId, session: SessionDep, caller: WorkflowsWrite)
 
 
 @router.get("/workflow_templates", response_model=Page[TemplateRead])
-def list_templates(
-    query: Annotated[TemplateQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
+async def list_templates(
+    query: Annotated[TemplateQuery, Query()], read: ReaderDep, caller: WorkflowsRead
 ) -> object:
-    items, total = service.list_templates(session, company_id=caller.actor.company_id, query=query)
+    items, total = await read(
+        service.list_templates, company_id=caller.actor.company_id, query=query
+    )
     return json_response(Page[TemplateRead].of(items, params=query, total=total))
 
 
@@ -142,12 +146,15 @@ def update_workflow(
     response_model=Page[TaskRead],
     responses={404: {"description": "No workflow with that id in the caller's company."}},
 )
-def list_tasks(
-    query: Annotated[TaskQuery, Query()], session: ReadSessionDep, caller: WorkflowsRead
+async def list_tasks(
+    query: Annotated[TaskQuery, Query()], read: ReaderDep, caller: WorkflowsRead
 ) -> object:
     """A workflow's tasks, in the order of its template's steps."""
-    items, total = service.list_tasks(
-        session, company_id=caller.actor.company_id, workflow_id=query.workflow_id, params=query
+    items, total = await read(
+        service.list_tasks,
+        company_id=caller.actor.company_id,
+        workflow_id=query.workflow_id,
+        params=query,
     )
     return json_response(Page[TaskRead].of(items, params=query, total=total))
 

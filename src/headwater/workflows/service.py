@@ -184,8 +184,13 @@ def get_category(
 def category_statement(
     *, company_id: uuid.UUID, query: CategoryQuery
 ) -> tuple[Select[WorkflowCategory], list[Any]]:
-    """The company's categories matching the filters, and the list's total order."""
-    stmt = select(WorkflowCategory).where(WorkflowCategory.company_id == company_id)
+    """The company's categories matching the filters, and the list's total order.
+
+    It selects columns, not the entity: a list is read, never changed, so Core rows do.
+    """
+    stmt = select(*WorkflowCategory.__table__.columns).where(
+        WorkflowCategory.company_id == company_id
+    )
     for name in ("name", "description"):
         needle = getattr(query, name)
         if needle:
