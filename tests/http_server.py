@@ -37,32 +37,65 @@ def wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None
         time.sleep(0.1)
 
 
+def _env(env: dict[str, str]) -> dict[str, str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
+    full.update(env)
+    return full
+
+
+class ServerProcess:
+    """A `headwater serve` (or `headwater worker`) process that can be killed and started
+    again on the same port, as the crash tests need. Output goes to `log`."""
+
+    def __init__(
+        self, env: dict[str, str], *args: str, log: Path, command: str = "serve"
+    ) -> None:
+        self.env = _env(env)
+        self.args = args
+        self.log = log
+        self.command = command
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServerProcess:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "headwater.cli", self.command]
+        if self.command == "serve":
+            argv += ["--port", str(self.port)]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [*argv, *self.args], env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        if self.command == "serve":
+            wait_healthy(self.url, self.process, self.log)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown handler runs, as in a crash."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 @contextmanager
 def running_server(env: dict[str, str], *args: str) -> Iterator[str]:
     """Start `headwater serve`, wait for /healthz, yield its base URL, stop it.
 
     Its output goes to `server.log` in HEADWATER_DATA_DIR.
     """
-    port = free_port()
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
-    full_env.update(env)
-    log = Path(env["HEADWATER_DATA_DIR"]) / "server.log"
-    Path(env["HEADWATER_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "headwater.cli", "serve", "--port", str(port), *args],
-            env=full_env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_healthy(base, process, log)
-            yield base
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    server = ServerProcess(env, *args, log=Path(env["HEADWATER_DATA_DIR"]) / "server.log")
+    try:
+        yield server.start().url
+    finally:
+        server.stop()
