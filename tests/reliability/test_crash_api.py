@@ -98,9 +98,7 @@ def test_kill_9_during_pushes_loses_nothing_and_stores_nothing_twice(
         server.stop()
 
     with psycopg.connect(pg_url) as conn:
-        tags = Counter(
-            row[0] for row in conn.execute("SELECT data::json->>'channel' FROM records")
-        )
+        tags = Counter(row[0] for row in conn.execute("SELECT data::json->>'channel' FROM records"))
         per_transaction = {
             row[0]: (row[1], row[2])
             for row in conn.execute(
