@@ -47,9 +47,7 @@ class ServerProcess:
     """A `headwater serve` (or `headwater worker`) process that can be killed and started
     again on the same port, as the crash tests need. Output goes to `log`."""
 
-    def __init__(
-        self, env: dict[str, str], *args: str, log: Path, command: str = "serve"
-    ) -> None:
+    def __init__(self, env: dict[str, str], *args: str, log: Path, command: str = "serve") -> None:
         self.env = _env(env)
         self.args = args
         self.log = log
