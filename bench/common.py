@@ -21,6 +21,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.http_server import ServerProcess as ServerProcess  # noqa: E402
 from tests.http_server import running_server  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("HEADWATER_BENCH_PG", "postgresql://127.0.0.1:5432/test")

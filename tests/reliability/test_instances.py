@@ -4,6 +4,9 @@ directory (the embedded store) or bucket, one database, one Redis."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -193,3 +196,21 @@ def test_two_apis_and_two_workers_under_mixed_load(tmp_path: Path, pg_url: str) 
         f"{files} files x {rows} rows, jobs per worker {dict(by_worker)}; "
         f"{len(channels)} pushed records stored once"
     )
+
+
+def test_instances_started_together_migrate_one_at_a_time(tmp_path: Path, pg_url: str) -> None:
+    env = server_env(tmp_path, pg_url)
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | env
+    upgrades = [
+        subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli", "db", "upgrade"],
+            env=full,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(4)
+    ]
+    outputs = [process.communicate(timeout=120)[0].decode() for process in upgrades]
+    assert [process.returncode for process in upgrades] == [0] * 4, outputs
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)

@@ -17,6 +17,9 @@ def _managed(
     return not (type_ == "index" and name is not None and name.endswith("_trgm"))
 
 
+# An arbitrary constant naming Headwater's migration lock among advisory locks.
+MIGRATION_LOCK = 0x4857_6D69_6772
+
 config = context.config
 settings = config.attributes["settings"]
 engine = make_engine(settings)
@@ -30,5 +33,9 @@ with engine.connect() as connection:
         include_object=_managed,
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            # Instances started together migrate one at a time: the others wait here, then
+            # find the database at head. The lock ends with the migration's transaction.
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         context.run_migrations()
 engine.dispose()
