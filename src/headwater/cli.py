@@ -68,7 +68,8 @@ def serve(
     os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
     get_settings.cache_clear()
     settings = get_settings()
-    migrations.upgrade(settings)
+    if settings.auto_migrate:  # once here, before the worker processes start
+        migrations.upgrade(settings)
     if workers > 1:
         _multiprocess_metrics(settings.data_dir)
     uvicorn.run(
