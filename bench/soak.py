@@ -3,7 +3,7 @@
 
 On PostgreSQL, `headwater serve --workers 2` (file worker off) and a separate
 `headwater worker`. Eight client threads mix: batches of 50 records, single records,
-CSV uploads of 2,000 rows, transaction and record reads, activity searches and category
+CSV uploads of 500 rows, transaction and record reads, activity searches and category
 writes and lists. Every 30 s it prints requests/s, errors and the resident memory (RSS)
 of each process; at the end, throughput and error rate per kind of request, and each
 process's memory after warm-up against its memory at the end.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -60,7 +61,13 @@ def processes(api: ServerProcess, worker: ServerProcess) -> dict[str, int]:
     assert api.process is not None and worker.process is not None
     found = {"api supervisor": api.process.pid, "file worker": worker.process.pid}
     children = Path(f"/proc/{api.process.pid}/task/{api.process.pid}/children")
-    for n, pid in enumerate(sorted(int(p) for p in children.read_text().split())):
+    workers = [
+        pid
+        for pid in sorted(int(p) for p in children.read_text().split())
+        # multiprocessing's resource tracker is a child too; it serves no requests
+        if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    for n, pid in enumerate(workers):
         found[f"api {n}"] = pid
     return found
 
@@ -117,7 +124,7 @@ class Load:
                 return False
             put = http.put(
                 ticket.json()["upload_url"],
-                content=b"".join(csv_chunks(2000)),
+                content=b"".join(csv_chunks(500)),
                 headers=ticket.json()["headers"],
             )
             return put.is_success
@@ -204,8 +211,11 @@ def main() -> None:
             samples: list[tuple[float, dict[str, float]]] = []
             print(f"{'t s':>6} {'req/s':>8} {'errors':>7}  " + "  ".join(f"{n:>15}" for n in pids))
             last_total, last_t = 0, began
-            while any(thread.is_alive() for thread in threads):
-                time.sleep(min(args.interval, max(0.1, load.deadline - time.monotonic())))
+            while time.monotonic() < load.deadline:
+                time.sleep(min(args.interval, max(0.0, load.deadline - time.monotonic())))
+                if time.monotonic() >= load.deadline:  # the last sample: after the load
+                    for thread in threads:
+                        thread.join()
                 now = time.monotonic()
                 memory = {name: rss_mb(pid) for name, pid in pids.items()}
                 samples.append((now - began, memory))
@@ -221,6 +231,7 @@ def main() -> None:
         finally:
             worker.stop()
             api.stop()
+            shutil.rmtree(data_dir, ignore_errors=True)
         with psycopg.connect(database_url) as conn:
             stored = conn.execute("SELECT count(*) FROM records").fetchone()
     print(f"\n{elapsed:.0f} s, {args.threads} client threads; records stored: {stored[0]:,}")

@@ -150,6 +150,25 @@ class Database:
         with self.engine.begin() as connection:
             yield connection
 
+    @contextmanager
+    def exclusive(self, lock: int) -> Iterator[None]:
+        """Run the block in one process at a time, across every process on this database.
+
+        PostgreSQL: a session advisory lock named by `lock`, held on a connection of its
+        own so that the block may commit as often as it likes. SQLite: nothing to do, as
+        its write transactions already run one at a time (BEGIN IMMEDIATE).
+        """
+        if self.engine.dialect.name != "postgresql":
+            yield
+            return
+        with self.engine.connect() as connection:
+            connection.exec_driver_sql(f"SELECT pg_advisory_lock({int(lock)})")
+            try:
+                yield
+            finally:
+                connection.exec_driver_sql(f"SELECT pg_advisory_unlock({int(lock)})")
+                connection.commit()
+
     def ping(self) -> None:
         """Raise if the database cannot answer a trivial query."""
         with self.engine.connect() as connection:

@@ -97,6 +97,10 @@ def build_runtime(settings: Settings) -> Runtime:
     )
 
 
+# An arbitrary constant naming the start-up lock among PostgreSQL advisory locks.
+START_LOCK = 0x4857_7374_6172
+
+
 def start(runtime: Runtime) -> None:
     """Blocking start-up work: migrate, ensure the bootstrap credential, load signing keys.
 
@@ -107,7 +111,9 @@ def start(runtime: Runtime) -> None:
     try:
         if settings.auto_migrate:
             migrations.upgrade(settings)
-        with runtime.db.session() as session:
+        # Instances and workers starting together would race to create the bootstrap
+        # credential and the first signing key: one does it, the others then find them.
+        with runtime.db.exclusive(START_LOCK), runtime.db.session() as session:
             if settings.bootstrap_client_id and settings.bootstrap_client_secret:
                 identity.ensure_credential(
                     session,

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 import redis
 
+from tests.factories import OPERATOR_ID
 from tests.files.conftest import FileTenant, csv_rows
 from tests.http_server import ServerProcess
 from tests.ingestion.conftest import order
@@ -214,3 +215,46 @@ def test_instances_started_together_migrate_one_at_a_time(tmp_path: Path, pg_url
     assert [process.returncode for process in upgrades] == [0] * 4, outputs
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
+
+
+def test_instances_started_together_on_a_fresh_database_all_serve(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Start-up work (the bootstrap credential, the first signing key) is done once, not
+    raced: every process of every instance stays up and one key signs for all."""
+    env = server_env(tmp_path, pg_url)
+    servers = [
+        ServerProcess(env, "--workers", "2", log=tmp_path / f"api-{n}.log") for n in range(3)
+    ]
+    workers = [
+        ServerProcess(env, log=tmp_path / f"worker-{n}.log", command="worker") for n in range(2)
+    ]
+    for server in servers:
+        server.env["HEADWATER_PUBLIC_URL"] = servers[0].url
+    for worker in workers:
+        worker.env["HEADWATER_PUBLIC_URL"] = servers[0].url
+    starters = [threading.Thread(target=p.start) for p in [*workers, *servers]]
+    try:
+        for starter in starters:
+            starter.start()
+        for starter in starters:
+            starter.join(timeout=90)
+        time.sleep(3)  # a process that failed its start-up would be gone by now
+        for process in [*servers, *workers]:
+            assert process.process is not None and process.process.poll() is None, (
+                process.log.read_text()
+            )
+        admin = operator_headers(servers[0].url)
+        for server in servers:
+            for _ in range(4):  # each of its worker processes, in all likelihood
+                assert httpx.get(server.url + "/readyz").status_code == 200
+                listed = httpx.get(server.url + "/admin/v1/companies", headers=admin)
+                assert listed.status_code == 200, listed.text
+    finally:
+        for process in [*servers, *workers]:
+            process.stop()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM signing_keys").fetchone() == (1,)
+        assert conn.execute(
+            "SELECT count(*) FROM credentials WHERE client_id = %s", (OPERATOR_ID,)
+        ).fetchone() == (1,)
