@@ -89,6 +89,7 @@ class Load:
         self.deadline = time.monotonic() + seconds
         self.done: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
+        self.seconds: dict[str, list[float]] = {kind: [] for kind in WEIGHTS}
         self.lock = threading.Lock()
         self.seq = 0
 
@@ -159,12 +160,14 @@ class Load:
         with httpx.Client(base_url=self.url, timeout=30) as http:
             while time.monotonic() < self.deadline:
                 kind = rng.choices(kinds, weights)[0]
+                began = time.perf_counter()
                 try:
                     ok = self.one(http, kind)
                 except httpx.HTTPError:
                     ok = False
                 with self.lock:
                     (self.done if ok else self.failed)[kind] += 1
+                    self.seconds[kind].append(time.perf_counter() - began)
 
 
 def main() -> None:
@@ -238,7 +241,14 @@ def main() -> None:
     for kind in WEIGHTS:
         done, failed = load.done[kind], load.failed[kind]
         rate = failed / (done + failed) if done + failed else 0.0
-        print(f"  {kind:15s} {done / elapsed:8.1f} req/s   errors {failed} ({rate:.2%})")
+        times = load.seconds[kind] or [0.0]
+        tenth = max(1, len(times) // 10)
+        first, last = times[:tenth], times[-tenth:]
+        print(
+            f"  {kind:15s} {done / elapsed:8.1f} req/s   errors {failed} ({rate:.2%})   "
+            f"mean {sum(first) / len(first) * 1000:7.1f} ms in the first tenth, "
+            f"{sum(last) / len(last) * 1000:7.1f} ms in the last"
+        )
     total_failed = sum(load.failed.values())
     total = sum(load.done.values()) + total_failed
     print(

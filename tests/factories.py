@@ -7,12 +7,35 @@ import secrets
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from starlette.testclient import TestClient
 
 PG_ADMIN_URL = os.environ.get("HEADWATER_TEST_PG", "postgresql://127.0.0.1:5432/test")
+
+
+def pg_admin(sql: str) -> None:
+    """Run one statement on the test server's admin database, outside any transaction."""
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@contextmanager
+def fresh_pg_database(prefix: str) -> Iterator[tuple[str, str]]:
+    """A new PostgreSQL database of one's own: its (name, URL); dropped afterwards."""
+    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+    pg_admin(f'CREATE DATABASE "{name}"')
+    try:
+        yield name, PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        pg_admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 OPERATOR_ID = "test-operator"
 OPERATOR_SECRET = secrets.token_urlsafe(24)
 AUDIENCE = "headwater-api"

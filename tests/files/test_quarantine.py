@@ -150,3 +150,63 @@ def test_uploads_that_never_come_expire(file_tenant: FileTenant) -> None:
     response = file_tenant.put(ticket, b"order_id,amount\nA,1\n")
     assert response.status_code == 403
     assert run_worker(file_tenant.client) == 0
+
+
+def test_record_totals_follow_every_way_records_are_stored(
+    quarantine_tenant: FileTenant, settings: Any
+) -> None:
+    """An unfiltered records page answers its total from the dataset's kept count; it
+    must equal the rows, however they came: batches, single records, a refused push
+    (nothing), a file with quarantined rows, and a re-submission."""
+    import threading
+
+    from sqlalchemy import text
+
+    from headwater.db import Database
+
+    tenant = quarantine_tenant
+
+    def total() -> int:
+        response = tenant.client.get(
+            "/platform/v1/data",
+            params={"client_id": tenant.client_id, "dataset_id": "orders", "page_size": 1},
+            headers=tenant.headers,
+        )
+        assert response.status_code == 200, response.text
+        return int(response.json()["total_entries"])
+
+    assert total() == 0
+    assert tenant.push([{"order_id": f"B-{i}", "amount": i} for i in range(30)]).status_code == 200
+    assert tenant.push({"order_id": "S-1", "amount": 1}).status_code == 200
+    assert tenant.push([{"order_id": "X", "amount": "no"}]).status_code == 422
+    assert total() == 31
+    uploaded = tenant.upload(BODY)["transaction_id"]  # 2 rows stored, 3 quarantined
+    assert total() == 33
+
+    def pushes(n: int) -> None:
+        for b in range(5):
+            data = [{"order_id": f"T{n}-{b}-{i}", "amount": i} for i in range(7)]
+            assert tenant.push(data).status_code == 200
+
+    threads = [threading.Thread(target=pushes, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert total() == 33 + 4 * 5 * 7
+    resubmit(tenant, uploaded, status=201)  # the rows still fail: nothing more stored
+    assert total() == 33 + 140
+
+    db = Database(settings)
+    try:
+        with db.session() as session:
+            counted = session.execute(
+                text(
+                    "SELECT count(*) FROM records r JOIN datasets d ON d.id = r.dataset_pk "
+                    "WHERE d.client_id = :c"
+                ),
+                {"c": tenant.client_id},
+            ).scalar()
+    finally:
+        db.dispose()
+    assert counted == total()

@@ -6,32 +6,29 @@ PostgreSQL only, against a database of their own whose connections they cut and 
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.main import create_app
-from tests.factories import OPERATOR_ID, OPERATOR_SECRET, PG_ADMIN_URL, assert_problem, auth
-
-
-def _admin(sql: str) -> None:
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(sql)
+from tests.factories import (
+    OPERATOR_ID,
+    OPERATOR_SECRET,
+    PG_ADMIN_URL,
+    assert_problem,
+    auth,
+    fresh_pg_database,
+    pg_admin,
+)
 
 
 @pytest.fixture
 def own_database() -> Iterator[str]:
-    name = f"hw_down_{os.getpid()}_{secrets.token_hex(4)}"
-    _admin(f'CREATE DATABASE "{name}"')
-    yield name
-    _admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_pg_database("hw_down") as (name, _url):
+        yield name
 
 
 def _settings(tmp_path: Path, url: str) -> Settings:
@@ -60,8 +57,8 @@ def test_lost_database_answers_503_then_recovers(tmp_path: Path, own_database: s
         ).json()["access_token"]
         assert client.get("/admin/v1/companies", headers=auth(token)).status_code == 200
 
-        _admin(f'ALTER DATABASE "{own_database}" ALLOW_CONNECTIONS false')
-        _admin(
+        pg_admin(f'ALTER DATABASE "{own_database}" ALLOW_CONNECTIONS false')
+        pg_admin(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             f"WHERE datname = '{own_database}'"
         )
@@ -76,7 +73,7 @@ def test_lost_database_answers_503_then_recovers(tmp_path: Path, own_database: s
         created = client.post("/admin/v1/companies", json={"name": "x"}, headers=auth(token))
         assert_problem(created, 503, "database_unavailable")
 
-        _admin(f'ALTER DATABASE "{own_database}" ALLOW_CONNECTIONS true')
+        pg_admin(f'ALTER DATABASE "{own_database}" ALLOW_CONNECTIONS true')
         assert client.get("/readyz").status_code == 200
         assert client.get("/admin/v1/companies", headers=auth(token)).status_code == 200
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
 import subprocess
 import tempfile
@@ -12,25 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 
-from tests.factories import AUDIENCE, OPERATOR_ID, OPERATOR_SECRET, PG_ADMIN_URL
+from tests.factories import AUDIENCE, OPERATOR_ID, OPERATOR_SECRET, fresh_pg_database
 from tests.http_server import free_port
-
-
-def admin_sql(sql: str, url: str = PG_ADMIN_URL) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql)
 
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL database for one test, dropped after it."""
-    name = f"hw_rel_{os.getpid()}_{secrets.token_hex(4)}"
-    admin_sql(f'CREATE DATABASE "{name}"')
-    yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_pg_database("hw_rel") as (_name, url):
+        yield url
 
 
 def server_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]:

@@ -10,9 +10,7 @@ and the body match the documented response.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,10 +24,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from tests.factories import PG_ADMIN_URL
+from tests.factories import fresh_pg_database
 from tests.http_server import ServerProcess
 from tests.ingestion.conftest import DataTenant
-from tests.reliability.conftest import admin_sql, operator_headers, server_env
+from tests.reliability.conftest import operator_headers, server_env
 
 FUZZ_EXAMPLES = int(os.environ.get("HEADWATER_FUZZ_EXAMPLES", "12"))
 CHECKS = [
@@ -42,46 +40,46 @@ CHECKS = [
 
 @pytest.fixture(scope="module")
 def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    name = f"hw_fuzz_{os.getpid()}_{secrets.token_hex(4)}"
-    admin_sql(f'CREATE DATABASE "{name}"')
     data = tmp_path_factory.mktemp("fuzz")
-    server = ServerProcess(
-        server_env(
-            data,
-            PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name,
-            HEADWATER_RATE_LIMIT_PER_SECOND="100000",
-            HEADWATER_RATE_LIMIT_BURST="100000",
-        ),
-        log=Path(data) / "server.log",
-    ).start()
-    try:
-        admin = operator_headers(server.url)
-        with httpx.Client(base_url=server.url, timeout=30) as http:
-            company = http.post("/admin/v1/companies", json={"name": "Fuzz"}, headers=admin)
-            tenant = DataTenant(http, admin, company.json()["id"])  # type: ignore[arg-type]
-            scopes = ["workflows:read", "workflows:write", "data:read", "data:write"]
-            credential = http.post(
-                f"/admin/v1/companies/{company.json()['id']}/credentials",
-                json={"name": "fuzz", "scopes": [*scopes, "activities:read"]},
-                headers=admin,
-            ).json()
-            token = http.post(
-                "/oauth/token",
-                json={
-                    "client_id": credential["client_id"],
-                    "client_secret": credential["client_secret"],
-                    "audience": "headwater-api",
-                },
-            ).json()["access_token"]
-        yield {
-            "url": server.url,
-            "admin": admin,
-            "company": {"Authorization": f"Bearer {token}"},
-            "client_id": tenant.client_id,
-        }
-    finally:
-        server.stop()
-        admin_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    unlimited = {
+        "HEADWATER_RATE_LIMIT_PER_SECOND": "100000",
+        "HEADWATER_RATE_LIMIT_BURST": "100000",
+    }
+    with fresh_pg_database("hw_fuzz") as (_name, url):
+        server = ServerProcess(server_env(data, url, **unlimited), log=data / "server.log")
+        try:
+            yield _fuzz_tenant(server.start().url)
+        finally:
+            server.stop()
+
+
+def _fuzz_tenant(url: str) -> dict[str, Any]:
+    """The operator's headers, and a company with an ingestion client and a token that
+    holds every company scope."""
+    admin = operator_headers(url)
+    with httpx.Client(base_url=url, timeout=30) as http:
+        company = http.post("/admin/v1/companies", json={"name": "Fuzz"}, headers=admin)
+        tenant = DataTenant(http, admin, company.json()["id"])  # type: ignore[arg-type]
+        scopes = ["workflows:read", "workflows:write", "data:read", "data:write", "activities:read"]
+        credential = http.post(
+            f"/admin/v1/companies/{company.json()['id']}/credentials",
+            json={"name": "fuzz", "scopes": scopes},
+            headers=admin,
+        ).json()
+        token = http.post(
+            "/oauth/token",
+            json={
+                "client_id": credential["client_id"],
+                "client_secret": credential["client_secret"],
+                "audience": "headwater-api",
+            },
+        ).json()["access_token"]
+    return {
+        "url": url,
+        "admin": admin,
+        "company": {"Authorization": f"Bearer {token}"},
+        "client_id": tenant.client_id,
+    }
 
 
 def _operations(url: str) -> list[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -13,6 +13,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    SmallInteger,
     String,
     UniqueConstraint,
     Uuid,
@@ -123,3 +124,21 @@ class IdempotencyKey(Base):
     response: Mapped[bytes] = mapped_column(LargeBinary)
     transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class RecordCount(Base):
+    """How many records a dataset holds, kept in the transaction that stores them, so a
+    records page answers its total without counting millions of rows.
+
+    The count is split over `SHARDS` rows and each stored transaction adds to one of them
+    (chosen by its id), so concurrent pushes to one dataset seldom wait on one row lock;
+    the total is their sum. Records are never deleted, so the sum is exact.
+    """
+
+    __tablename__ = "dataset_record_counts"
+
+    SHARDS: ClassVar[int] = 16
+
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    records: Mapped[int] = mapped_column(BigInteger)

@@ -8,9 +8,10 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import ColumnElement, Connection, func, insert, literal
+from sqlalchemy import ColumnElement, Connection, func, insert, literal, select
 
-from headwater.ingestion.models import Record
+from headwater.db import dialect_insert
+from headwater.ingestion.models import Record, RecordCount
 
 # PostgreSQL: the batch travels as one JSON array (one orjson call) and the server makes
 # the rows and their ids; the client formats nothing per row.
@@ -23,6 +24,36 @@ FROM json_array_elements(%(data)s::json) WITH ORDINALITY AS batch(data, n)
 ORDER BY n
 """
 _INSERT = insert(Record)
+_COUNTS = RecordCount.__table__
+
+
+def _add_to_count(
+    connection: Connection, *, dataset_pk: uuid.UUID, transaction_id: uuid.UUID, added: int
+) -> None:
+    """Add to the dataset's record count, in the same database transaction as the rows.
+
+    The shard follows from the transaction id, so all of one transaction's batches lock
+    the same row (two transactions never wait on each other's rows in opposite order).
+    """
+    upsert = dialect_insert(connection.dialect)(_COUNTS).values(
+        dataset_pk=dataset_pk, shard=transaction_id.int % RecordCount.SHARDS, records=added
+    )
+    connection.execute(
+        upsert.on_conflict_do_update(
+            index_elements=["dataset_pk", "shard"],
+            set_={"records": _COUNTS.c.records + upsert.excluded.records},
+        )
+    )
+
+
+def count_records(connection: Connection, *, dataset_pk: uuid.UUID) -> int:
+    """How many records the dataset holds: a sum over its count's shards."""
+    total = connection.scalar(
+        select(func.coalesce(func.sum(_COUNTS.c.records), 0)).where(
+            _COUNTS.c.dataset_pk == dataset_pk
+        )
+    )
+    return int(total or 0)
 
 
 def insert_records(
@@ -35,9 +66,12 @@ def insert_records(
     schema_version: int,
     ingested_at: datetime,
 ) -> None:
-    """Add `records` to the connection's transaction, in their order."""
+    """Add `records` to the connection's transaction, in their order, and count them."""
     if not records:
         return
+    _add_to_count(
+        connection, dataset_pk=dataset_pk, transaction_id=transaction_id, added=len(records)
+    )
     if connection.dialect.name == "postgresql":
         driver = connection.connection.driver_connection
         assert driver is not None

@@ -39,7 +39,7 @@ from headwater.ingestion.errors import (
     TransactionNotFound,
 )
 from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transaction
-from headwater.ingestion.repository import field_equals, insert_records
+from headwater.ingestion.repository import count_records, field_equals, insert_records
 from headwater.ingestion.schemas import (
     ID_PATTERN,
     PushResult,
@@ -399,7 +399,10 @@ def transaction_view(transaction: Transaction) -> TransactionRead:
 # --- records ----------------------------------------------------------------------------------
 
 
-def _records_statement(session: Session, caller: Principal, query: RecordQuery) -> Select[Any]:
+def _records_statement(
+    session: Session, caller: Principal, query: RecordQuery
+) -> tuple[Select[Any], uuid.UUID]:
+    """The matching records' statement, and the dataset's primary key."""
     dataset = _dataset(session, caller, query.client_id, query.dataset_id)
     statement = select(
         Record.record_id,
@@ -417,7 +420,7 @@ def _records_statement(session: Session, caller: Principal, query: RecordQuery) 
     dialect = session.get_bind().dialect.name
     for name, value in (query.filter or {}).items():
         statement = statement.where(field_equals(dialect, name, value))
-    return statement
+    return statement, dataset.id
 
 
 _ORDER = (Record.ingested_at, Record.seq)
@@ -426,11 +429,15 @@ _ORDER = (Record.ingested_at, Record.seq)
 def list_records(
     session: Session, caller: Principal, query: RecordQuery
 ) -> tuple[list[RecordRead], int]:
-    statement = _records_statement(session, caller, query)
+    statement, dataset_pk = _records_statement(session, caller, query)
     rows = session.execute(
         statement.order_by(*_ORDER).offset(query.offset).limit(query.page_size)
     ).all()
-    total = session.scalar(select(func.count()).select_from(statement.subquery())) or 0
+    narrowed = (query.transaction_id, query.ingested_after, query.ingested_before, query.filter)
+    if any(value is not None for value in narrowed):
+        total = session.scalar(select(func.count()).select_from(statement.subquery())) or 0
+    else:  # the whole dataset: its kept count, not a scan of every record
+        total = count_records(session.connection(), dataset_pk=dataset_pk)
     return [RecordRead.model_validate(row, from_attributes=True) for row in rows], total
 
 
@@ -454,7 +461,7 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
     short transaction of its own, so a slow reader holds no lock and no cursor.
     """
     with db.read_session() as session:
-        statement = _records_statement(session, caller, query).add_columns(Record.seq)
+        statement = _records_statement(session, caller, query)[0].add_columns(Record.seq)
 
     def lines() -> Iterator[bytes]:
         after: tuple[Any, int] | None = None
