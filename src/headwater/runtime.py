@@ -18,6 +18,7 @@ from headwater.files.stores import Store, make_store
 from headwater.identity import keys as keyring
 from headwater.identity import service as identity
 from headwater.identity.tokens import TokenVerifier
+from headwater.ingestion.groups import PushQueue
 from headwater.kit.ratelimit import RateLimiter, make_rate_limiter
 
 log = structlog.get_logger("headwater.runtime")
@@ -30,6 +31,7 @@ class Runtime:
     verifier: TokenVerifier
     limiter: RateLimiter
     store: Store
+    pushes: PushQueue
     # Set when an upload has queued a job, so an in-process worker starts at once.
     files_queued: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -93,7 +95,12 @@ def build_runtime(settings: Settings) -> Runtime:
         burst=settings.rate_limit_burst,
     )
     return Runtime(
-        settings=settings, db=db, verifier=verifier, limiter=limiter, store=make_store(settings)
+        settings=settings,
+        db=db,
+        verifier=verifier,
+        limiter=limiter,
+        store=make_store(settings),
+        pushes=PushQueue(db),
     )
 
 

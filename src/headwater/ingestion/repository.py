@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import ColumnElement, Connection, func, insert, literal, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Uuid,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+)
 
-from headwater.db import dialect_insert
 from headwater.ingestion.models import Record, RecordCount
 
 # PostgreSQL: the batch travels as one JSON array (one orjson call) and the server makes
@@ -23,27 +33,60 @@ SELECT gen_random_uuid(), %(company_id)s, %(dataset_pk)s, %(transaction_id)s,
 FROM json_array_elements(%(data)s::json) WITH ORDINALITY AS batch(data, n)
 ORDER BY n
 """
+# Several transactions' records in one statement: each row carries its own columns.
+_UNNEST_MANY = """
+INSERT INTO records
+    (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
+SELECT gen_random_uuid(), (row->>0)::uuid, (row->>1)::uuid, (row->>2)::uuid,
+       (row->>3)::integer, (row->>4)::timestamptz, row->5
+FROM json_array_elements(%(rows)s::json) WITH ORDINALITY AS batch(row, n)
+ORDER BY n
+"""
 _INSERT = insert(Record)
 _COUNTS = RecordCount.__table__
 
 
-def _add_to_count(
-    connection: Connection, *, dataset_pk: uuid.UUID, transaction_id: uuid.UUID, added: int
-) -> None:
-    """Add to the dataset's record count, in the same database transaction as the rows.
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """Records of one transaction, to be stored together."""
 
-    The shard follows from the transaction id, so all of one transaction's batches lock
-    the same row (two transactions never wait on each other's rows in opposite order).
+    records: Sequence[dict[str, Any]]
+    company_id: uuid.UUID
+    dataset_pk: uuid.UUID
+    transaction_id: uuid.UUID
+    schema_version: int
+    ingested_at: datetime
+
+    @property
+    def shard(self) -> int:
+        return self.transaction_id.int % RecordCount.SHARDS
+
+
+# Portable upsert: PostgreSQL and SQLite both take ON CONFLICT ... DO UPDATE.
+_ADD_TO_COUNT = text(
+    "INSERT INTO dataset_record_counts (dataset_pk, shard, records) "
+    "VALUES (:dataset_pk, :shard, :records) "
+    "ON CONFLICT (dataset_pk, shard) "
+    "DO UPDATE SET records = dataset_record_counts.records + excluded.records"
+).bindparams(bindparam("dataset_pk", type_=Uuid()))
+
+
+def _add_to_counts(connection: Connection, batches: Sequence[RecordBatch]) -> None:
+    """Add to the datasets' record counts, in the same database transaction as the rows.
+
+    One call counts in one shard (its first transaction's), so one database transaction
+    locks one count row per dataset: a file's many batches the same row each time, and a
+    group of pushes one row rather than many. Datasets are locked in one order (sorted),
+    so two transactions never wait on each other's rows in opposite order.
     """
-    upsert = dialect_insert(connection.dialect)(_COUNTS).values(
-        dataset_pk=dataset_pk, shard=transaction_id.int % RecordCount.SHARDS, records=added
-    )
-    connection.execute(
-        upsert.on_conflict_do_update(
-            index_elements=["dataset_pk", "shard"],
-            set_={"records": _COUNTS.c.records + upsert.excluded.records},
+    shard = batches[0].shard
+    added: dict[uuid.UUID, int] = {}
+    for batch in batches:
+        added[batch.dataset_pk] = added.get(batch.dataset_pk, 0) + len(batch.records)
+    for dataset_pk, count in sorted(added.items()):
+        connection.execute(
+            _ADD_TO_COUNT, {"dataset_pk": dataset_pk, "shard": shard, "records": count}
         )
-    )
 
 
 def count_records(connection: Connection, *, dataset_pk: uuid.UUID) -> int:
@@ -67,40 +110,65 @@ def insert_records(
     ingested_at: datetime,
 ) -> None:
     """Add `records` to the connection's transaction, in their order, and count them."""
-    if not records:
-        return
-    _add_to_count(
-        connection, dataset_pk=dataset_pk, transaction_id=transaction_id, added=len(records)
+    insert_batches(
+        connection,
+        [RecordBatch(records, company_id, dataset_pk, transaction_id, schema_version, ingested_at)],
     )
+
+
+def insert_batches(connection: Connection, batches: Sequence[RecordBatch]) -> None:
+    """Add the batches' records to the connection's transaction, in their order, and
+    count them: one INSERT for them all on PostgreSQL, whatever their transactions."""
+    batches = [batch for batch in batches if batch.records]
+    if not batches:
+        return
+    _add_to_counts(connection, batches)
     if connection.dialect.name == "postgresql":
         driver = connection.connection.driver_connection
         assert driver is not None
         with driver.cursor() as cursor:
-            cursor.execute(
-                _UNNEST,
-                {
-                    "company_id": company_id,
-                    "dataset_pk": dataset_pk,
-                    "transaction_id": transaction_id,
-                    "schema_version": schema_version,
-                    "ingested_at": ingested_at,
-                    "data": orjson.dumps(records).decode(),
-                },
-            )
+            if len(batches) == 1:
+                batch = batches[0]
+                cursor.execute(
+                    _UNNEST,
+                    {
+                        "company_id": batch.company_id,
+                        "dataset_pk": batch.dataset_pk,
+                        "transaction_id": batch.transaction_id,
+                        "schema_version": batch.schema_version,
+                        "ingested_at": batch.ingested_at,
+                        "data": orjson.dumps(batch.records).decode(),
+                    },
+                )
+            else:
+                rows = [
+                    (
+                        batch.company_id,
+                        batch.dataset_pk,
+                        batch.transaction_id,
+                        batch.schema_version,
+                        batch.ingested_at,
+                        record,
+                    )
+                    for batch in batches
+                    for record in batch.records
+                ]
+                cursor.execute(_UNNEST_MANY, {"rows": orjson.dumps(rows).decode()})
         return
     connection.execute(
         _INSERT,
         [
             {
                 "record_id": uuid.uuid4(),
-                "company_id": company_id,
-                "dataset_pk": dataset_pk,
-                "transaction_id": transaction_id,
-                "schema_version": schema_version,
-                "ingested_at": ingested_at,
+                "company_id": batch.company_id,
+                "dataset_pk": batch.dataset_pk,
+                "transaction_id": batch.transaction_id,
+                "schema_version": batch.schema_version,
+                "ingested_at": batch.ingested_at,
                 "data": data,
             }
-            for data in records
+            for batch in batches
+            for data in batch.records
         ],
     )
 

@@ -108,7 +108,7 @@ PUSH_RESPONSES: dict[int | str, dict[str, Any]] = {
         }
     },
 )
-def push_json(
+async def push_json(
     caller: DataWrite,
     body: Annotated[bytes, Depends(json_body)],
     key: Annotated[str | None, Depends(idempotency_key)],
@@ -122,8 +122,7 @@ def push_json(
     numbers beyond double range, invalid UTF-8 and nesting deeper than 32 levels are 400.
     """
     settings = runtime.settings
-    answer = service.push(
-        runtime.db,
+    answer = await runtime.pushes.push(
         caller,
         body=body,
         idempotency_key=key,

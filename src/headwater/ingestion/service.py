@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from headwater.db import Database, dialect_insert
-from headwater.errors import MalformedJSON
+from headwater.errors import DomainError, MalformedJSON, is_unreachable
 from headwater.identity.models import IngestionClient
 from headwater.identity.tokens import Principal
 from headwater.ingestion import datasets, validation
@@ -39,7 +39,12 @@ from headwater.ingestion.errors import (
     TransactionNotFound,
 )
 from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transaction
-from headwater.ingestion.repository import count_records, field_equals, insert_records
+from headwater.ingestion.repository import (
+    RecordBatch,
+    count_records,
+    field_equals,
+    insert_batches,
+)
 from headwater.ingestion.schemas import (
     ID_PATTERN,
     PushResult,
@@ -76,7 +81,7 @@ class Answer:
 # --- push -------------------------------------------------------------------------------------
 
 
-def _envelope(body: bytes, *, limits: Limits) -> tuple[str, str, list[Any]]:
+def envelope(body: bytes, *, limits: Limits) -> tuple[str, str, list[Any]]:
     """The envelope's members, checked; the records as a list (one object is a batch of 1)."""
     try:
         document = strictjson.loads(body, max_depth=limits.max_depth)
@@ -157,13 +162,28 @@ _TARGET = (
 _INSERT_TRANSACTION = insert(Transaction)
 
 
+def _target_row(connection: Connection, client_id: str, dataset_id: str) -> Any:
+    """The client's state and the named dataset's, in one query (None: no such client)."""
+    return connection.execute(
+        _TARGET, {"client_id": client_id, "dataset_id": dataset_id}
+    ).one_or_none()
+
+
 def _target(connection: Connection, caller: Principal, client_id: str, dataset_id: str) -> _Target:
     """The dataset a push names, in one query; 403 unless the token may use its client."""
-    row = None
-    if caller.may_use_client(client_id):
-        row = connection.execute(
-            _TARGET, {"client_id": client_id, "dataset_id": dataset_id}
-        ).one_or_none()
+    row = (
+        _target_row(connection, client_id, dataset_id) if caller.may_use_client(client_id) else None
+    )
+    return _resolve(connection, caller, client_id, dataset_id, row)
+
+
+def _resolve(
+    connection: Connection, caller: Principal, client_id: str, dataset_id: str, row: Any
+) -> _Target:
+    """The target of a push from its `_target_row`: 403 for a client the token may not
+    use (or None), 404 for a dataset the client does not have."""
+    if not caller.may_use_client(client_id):
+        row = None
     datasets.check_usable(caller, client_id, row)
     assert row is not None
     if row.id is None:
@@ -235,38 +255,21 @@ def _claim(
     return result.first() is not None
 
 
-def push(
-    db: Database,
-    caller: Principal,
-    *,
-    body: bytes,
-    idempotency_key: str | None,
-    limits: Limits,
-) -> Answer:
-    """Normalise and validate every record, then store all of them or none.
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A push normalised and validated: its transaction row, the records to store (None
+    when refused) and the answer to send once they are committed."""
 
-    Reads happen outside any transaction, and records are checked before the write
-    transaction begins, so it is short. A 200 answer is sent only after the commit. A
-    rejected push keeps its transaction (status `rejected`, with the errors) and stores
-    no record.
-    """
-    client_id, dataset_id, records = _envelope(body, limits=limits)
+    transaction: dict[str, Any]
+    cleaned: list[dict[str, Any]] | None
+    answer: Answer
+
+
+def _check(
+    caller: Principal, client_id: str, dataset_id: str, records: list[Any], target: _Target
+) -> _Checked:
+    """Normalise and validate the records (no database work)."""
     company_id = caller.actor.company_id
-    # only a keyed push compares bodies: hashing a 5 MiB body is not free
-    request_hash = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
-    with db.read_connection() as connection:
-        if idempotency_key is not None:
-            replay = _replay(
-                connection,
-                company_id=company_id,
-                key=idempotency_key,
-                request_hash=request_hash,
-                limits=limits,
-            )
-            if replay is not None:
-                return replay
-        target = _target(connection, caller, client_id, dataset_id)
-
     normalise = target.compiled.normaliser
     cleaned = [normalise(record) for record in records]
     error_count, errors = validation.batch_errors(target.compiled.validator, cleaned)
@@ -308,6 +311,67 @@ def push(
         )
         answer = Answer(status=200, body=result.model_dump_json().encode())
 
+    return _Checked(
+        transaction=transaction, cleaned=None if error_count else cleaned, answer=answer
+    )
+
+
+def _store(connection: Connection, pushes: list[_Checked]) -> None:
+    """Write checked pushes in the connection's transaction: their transaction rows in
+    one statement, the records of all of them in another."""
+    connection.execute(_INSERT_TRANSACTION, [push.transaction for push in pushes])
+    insert_batches(
+        connection,
+        [
+            RecordBatch(
+                records=push.cleaned,
+                company_id=push.transaction["company_id"],
+                dataset_pk=push.transaction["dataset_pk"],
+                transaction_id=push.transaction["id"],
+                schema_version=push.transaction["schema_version"],
+                ingested_at=push.transaction["created_at"],
+            )
+            for push in pushes
+            if push.cleaned is not None
+        ],
+    )
+
+
+def push(
+    db: Database,
+    caller: Principal,
+    *,
+    body: bytes,
+    idempotency_key: str | None,
+    limits: Limits,
+) -> Answer:
+    """Normalise and validate every record, then store all of them or none.
+
+    Reads happen outside any transaction, and records are checked before the write
+    transaction begins, so it is short. A 200 answer is sent only after the commit. A
+    rejected push keeps its transaction (status `rejected`, with the errors) and stores
+    no record.
+    """
+    client_id, dataset_id, records = envelope(body, limits=limits)
+    company_id = caller.actor.company_id
+    # only a keyed push compares bodies: hashing a 5 MiB body is not free
+    request_hash = hashlib.sha256(body).hexdigest() if idempotency_key is not None else ""
+    with db.read_connection() as connection:
+        if idempotency_key is not None:
+            replay = _replay(
+                connection,
+                company_id=company_id,
+                key=idempotency_key,
+                request_hash=request_hash,
+                limits=limits,
+            )
+            if replay is not None:
+                return replay
+        target = _target(connection, caller, client_id, dataset_id)
+
+    checked = _check(caller, client_id, dataset_id, records, target)
+    answer, transaction_id = checked.answer, checked.transaction["id"]
+
     with db.begin() as connection:
         claimed = idempotency_key is None or _claim(
             connection,
@@ -319,17 +383,7 @@ def push(
             limits=limits,
         )
         if claimed:
-            connection.execute(_INSERT_TRANSACTION, [transaction])
-            if not error_count:
-                insert_records(
-                    connection,
-                    cleaned,
-                    company_id=company_id,
-                    dataset_pk=target.dataset_pk,
-                    transaction_id=transaction_id,
-                    schema_version=target.version,
-                    ingested_at=received_at,
-                )
+            _store(connection, [checked])
     if claimed:
         return answer
     # Another request holds the key and has committed: answer as it did.
@@ -344,6 +398,51 @@ def push(
         )
     assert replay is not None, "a key that conflicts is held by a committed request"
     return replay
+
+
+@dataclass(frozen=True, slots=True)
+class SmallPush:
+    """A push without an Idempotency-Key whose envelope is already read: what a group
+    commit takes."""
+
+    caller: Principal
+    client_id: str
+    dataset_id: str
+    records: list[Any]
+
+
+def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | DomainError]:
+    """Store many pushes in one database transaction: their answers, in their order.
+
+    Each push is resolved, normalised and validated as `push` does; one that is refused
+    (403, 404, 422) gets its error or its rejected transaction and does not disturb the
+    others. If the transaction as a whole fails, each push is tried again on its own, so
+    no push is refused for another's sake. A database that cannot be reached raises.
+    """
+    try:
+        with db.begin() as connection:
+            rows: dict[tuple[str, str], Any] = {}
+            outcomes: list[Answer | DomainError] = []
+            checked: list[_Checked] = []
+            for push in pushes:
+                pair = (push.client_id, push.dataset_id)
+                try:
+                    if pair not in rows and push.caller.may_use_client(push.client_id):
+                        rows[pair] = _target_row(connection, *pair)
+                    target = _resolve(connection, push.caller, *pair, rows.get(pair))
+                except DomainError as refused:
+                    outcomes.append(refused)
+                    continue
+                one = _check(push.caller, *pair, push.records, target)
+                checked.append(one)
+                outcomes.append(one.answer)
+            if checked:
+                _store(connection, checked)
+        return outcomes
+    except Exception as exc:
+        if len(pushes) == 1 or is_unreachable(exc):
+            raise
+        return [push_group(db, [push])[0] for push in pushes]
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:

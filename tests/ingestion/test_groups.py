@@ -1,0 +1,94 @@
+"""Group commit of small pushes: concurrent pushes share a database transaction, and
+each still gets its own transaction, its own answer and only its own records."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy.exc
+
+from headwater.db import Database
+from headwater.errors import DomainError
+from headwater.identity.tokens import Principal
+from headwater.ingestion import service
+from tests.ingestion.conftest import DataTenant, order
+
+
+def _concurrently(calls: list[Any]) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        results[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_concurrent_small_pushes_each_get_their_own_transaction(data_tenant: DataTenant) -> None:
+    calls = [
+        (lambda n=n: data_tenant.push([order(n, channel=f"c{n}-{i}") for i in range(3)]))
+        for n in range(24)
+    ]
+    answers = _concurrently(calls)
+    assert {a.status_code for a in answers} == {200}
+    transactions = {a.json()["transaction_id"] for a in answers}
+    assert len(transactions) == 24
+    for answer in answers:
+        stored = data_tenant.records(transaction_id=answer.json()["transaction_id"])
+        channels = {r["data"]["channel"] for r in stored}
+        assert len(stored) == 3 and len({c.split("-")[0] for c in channels}) == 1
+    assert data_tenant.transactions(page_size=100)["total_entries"] == 24
+
+
+def test_refused_pushes_do_not_disturb_their_group(
+    data_tenant: DataTenant, other_data_tenant: DataTenant
+) -> None:
+    good = [(lambda n=n: data_tenant.push([order(n)])) for n in range(12)]
+    bad = [
+        lambda: data_tenant.push([order(0)], dataset_id="missing"),  # 404
+        lambda: data_tenant.push([{"order_id": "X", "amount": "no"}]),  # 422
+        lambda: data_tenant.push([order(0)], client_id=other_data_tenant.client_id),  # 403
+    ]
+    answers = _concurrently([*good, *bad] * 2)
+    statuses = [a.status_code for a in answers]
+    assert statuses == ([200] * 12 + [404, 422, 403]) * 2
+    assert len(data_tenant.records(page_size=100)) == 24
+    rejected = data_tenant.transactions(status="rejected")["total_entries"]
+    assert rejected == 2
+
+
+def test_a_group_that_fails_as_a_whole_is_stored_one_push_at_a_time(
+    data_tenant: DataTenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever fails a group's transaction, each push is tried again on its own."""
+    store = service._store
+
+    def failing_for_groups(connection: Any, pushes: list[Any]) -> None:
+        if len(pushes) > 1:
+            raise sqlalchemy.exc.IntegrityError("INSERT", {}, Exception("as if"))
+        store(connection, pushes)
+
+    monkeypatch.setattr(service, "_store", failing_for_groups)
+    database: Database = data_tenant.client.app.state.runtime.db  # type: ignore[attr-defined]
+    caller = Principal(
+        subject=data_tenant.credential["client_id"],
+        author_id=uuid.UUID(data_tenant.credential["author_id"]),
+        company_id=uuid.UUID(data_tenant.company_id),
+        client_ids=(),
+        scopes=frozenset({"data:read", "data:write"}),
+    )
+    pushes = [
+        service.SmallPush(caller, data_tenant.client_id, "orders", [order(n)]) for n in range(5)
+    ]
+    pushes.append(service.SmallPush(caller, data_tenant.client_id, "missing", [order(9)]))
+    outcomes = service.push_group(database, pushes)
+    assert [getattr(o, "status", None) for o in outcomes[:5]] == [200] * 5
+    assert isinstance(outcomes[5], DomainError) and outcomes[5].status == 404
+    assert len(data_tenant.records(page_size=100)) == 5
