@@ -158,10 +158,15 @@ def run_job(
 ) -> bool:
     """Process a claimed job's file; False if another worker holds it now."""
     with db.begin() as connection:
+        # Wait for the row rather than skip it: another worker's claim_next may hold its
+        # lock for a moment (PostgreSQL keeps the lock of a row it re-checked and passed
+        # over), and skipping would leave this claimed job untouched until it went stale.
+        # A worker that took the job over holds it while it works, and then it is no
+        # longer ours: nothing is done twice.
         job = connection.execute(
             select(FileJob.file_id)
             .where(FileJob.id == job_id, FileJob.claimed_by == worker, FileJob.state == RUNNING)
-            .with_for_update(skip_locked=True)
+            .with_for_update()
         ).one_or_none()
         if job is None:
             return False
