@@ -84,8 +84,16 @@ def _sqlite_begin_deferred(connection: Connection) -> None:
 
 
 def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
-    """The engine; `for_reads` gives SQLite a separate engine whose transactions do not
-    take the write lock (PostgreSQL reads use the one engine in autocommit)."""
+    """The engine; `for_reads` gives one of its own to reads that change nothing.
+
+    SQLite: its read transactions do not take the write lock, so reads never wait for
+    its one writer (a long file, say). PostgreSQL: autocommit (no BEGIN and ROLLBACK round
+    trips) and every query planned for its values. psycopg prepares a statement run 5
+    times on a connection, and PostgreSQL may then plan it once for any values; a search's
+    best index depends on its values (a filter that matches a few rows, or most), and such
+    a generic plan chose a slow one. Planning costs about 0.1 ms, which the few simple
+    statements of writes need not pay, so only reads do.
+    """
     url = settings.sqlalchemy_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -94,6 +102,11 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
         begin = _sqlite_begin_deferred if for_reads else _sqlite_begin_immediate
         event.listen(engine, "begin", begin)
         return engine
+    connect_args: dict[str, Any] = {"connect_timeout": settings.db_connect_timeout_seconds}
+    reads: dict[str, Any] = {}
+    if for_reads:
+        connect_args["options"] = "-c plan_cache_mode=force_custom_plan"
+        reads["isolation_level"] = "AUTOCOMMIT"
     return create_engine(
         url,
         # Off by default: a ping per checkout is one more round trip on every request. Without
@@ -104,7 +117,8 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
         pool_size=10,
         max_overflow=10,
         pool_timeout=settings.db_connect_timeout_seconds,
-        connect_args={"connect_timeout": settings.db_connect_timeout_seconds},
+        connect_args=connect_args,
+        **reads,
         # JSONB read back (activity states, dataset options) parsed at C speed
         json_deserializer=orjson.loads,
     )
@@ -116,15 +130,8 @@ class Database:
     def __init__(self, settings: Settings) -> None:
         self.engine = make_engine(settings)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
-        # Reads that change nothing need no transaction: on PostgreSQL that saves the
-        # BEGIN and ROLLBACK round trips. SQLite reads use deferred transactions, so they
-        # never wait for its one writer (a long file, say).
-        self._read_engine = (
-            make_engine(settings, for_reads=True) if self.engine.dialect.name == "sqlite" else None
-        )
-        self.reader = self._read_engine or self.engine.execution_options(
-            isolation_level="AUTOCOMMIT"
-        )
+        # Reads that change nothing have an engine of their own (see make_engine).
+        self.reader = make_engine(settings, for_reads=True)
         self.read_sessions = sessionmaker(self.reader, expire_on_commit=False)
 
     @contextmanager
@@ -176,5 +183,4 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
-        if self._read_engine is not None:
-            self._read_engine.dispose()
+        self.reader.dispose()
