@@ -89,7 +89,9 @@ def _multiprocess_metrics(data_dir: object) -> None:
     import shutil
     from pathlib import Path
 
-    directory = Path(str(data_dir)) / "prometheus"
+    # One directory per instance: instances sharing a data directory must neither mix
+    # their counts nor clear each other's files at start.
+    directory = Path(str(data_dir)) / "prometheus" / str(os.getpid())
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(directory))

@@ -233,12 +233,21 @@ def test_instances_started_together_on_a_fresh_database_all_serve(
         server.env["HEADWATER_PUBLIC_URL"] = servers[0].url
     for worker in workers:
         worker.env["HEADWATER_PUBLIC_URL"] = servers[0].url
-    starters = [threading.Thread(target=p.start) for p in [*workers, *servers]]
+    failures: list[BaseException] = []
+
+    def start(process: ServerProcess) -> None:
+        try:
+            process.start()
+        except BaseException as exc:  # surfaced below
+            failures.append(exc)
+
+    starters = [threading.Thread(target=start, args=(p,)) for p in [*workers, *servers]]
     try:
         for starter in starters:
             starter.start()
         for starter in starters:
             starter.join(timeout=90)
+        assert not failures, failures
         time.sleep(3)  # a process that failed its start-up would be gone by now
         for process in [*servers, *workers]:
             assert process.process is not None and process.process.poll() is None, (
