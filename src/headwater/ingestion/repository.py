@@ -89,14 +89,14 @@ def _add_to_counts(connection: Connection, batches: Sequence[RecordBatch]) -> No
         )
 
 
+_TOTAL = select(func.coalesce(func.sum(_COUNTS.c.records), 0)).where(
+    _COUNTS.c.dataset_pk == bindparam("dataset_pk", type_=Uuid())
+)
+
+
 def count_records(connection: Connection, *, dataset_pk: uuid.UUID) -> int:
     """How many records the dataset holds: a sum over its count's shards."""
-    total = connection.scalar(
-        select(func.coalesce(func.sum(_COUNTS.c.records), 0)).where(
-            _COUNTS.c.dataset_pk == dataset_pk
-        )
-    )
-    return int(total or 0)
+    return int(connection.scalar(_TOTAL, {"dataset_pk": dataset_pk}) or 0)
 
 
 def insert_records(
