@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 import psycopg
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 
 from bench.common import (
     OPERATOR,
@@ -322,11 +322,11 @@ def main() -> None:
             page = statements.page.params(statements.params)
             count = statements.count.params(statements.params)
             print(f"{label}\n  page:\n{explain(db, page)}\n  count:\n{explain(db, count)}")
-        stmt, order = workflows.category_statement(
+        statements = workflows.category_statements(
             company_id=companies[0], query=CategoryQuery(name=word)
         )
-        page = stmt.order_by(*order).limit(20)
-        count = select(func.count()).select_from(stmt.order_by(None).subquery())
+        page = statements.page.params(statements.params)
+        count = statements.count.params(statements.params)
         print(
             f"(f) categories name~{word!r}\n  page:\n{explain(db, page)}\n"
             f"  count:\n{explain(db, count)}"

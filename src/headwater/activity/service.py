@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-from sqlalchemy import Integer, Select, Uuid, bindparam, func, select
+from sqlalchemy import Integer, Row, Select, Uuid, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import chain
@@ -18,7 +17,7 @@ from headwater.db import dialect_insert
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import iso_ms, utcnow_ms
-from headwater.kit.pagination import total_pages
+from headwater.kit.pagination import PageStatements, page_json
 
 
 def chain_fields(entry: ActivityEntry) -> dict[str, Any]:
@@ -106,18 +105,22 @@ _POSITION = select(ActivityHead.count).where(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class SearchStatements:
-    """A search's page and count statements with their bound values.
+def with_log_position(page: Select[Any]) -> Select[Any]:
+    """`page` (with `company_id` bound) and the company's log position as its last column.
 
-    The statements depend only on the query's shape (which members, which operators, the
-    sort), so they are built once per shape and reused: building and hashing a statement
-    costs more than PostgreSQL takes to run it.
+    Hot lists cache their totals by the position; read with the page, it costs no round
+    trip of its own. See `page_and_position`.
     """
+    return page.add_columns(_POSITION.scalar_subquery().label("log_position"))
 
-    page: Select[Any]
-    count: Select[Any]
-    params: dict[str, Any]
+
+def page_and_position(
+    session: Session, statements: PageStatements, company_id: uuid.UUID
+) -> tuple[Sequence[Row[Any]], int]:
+    """The rows of a page built `with_log_position`, and that position."""
+    rows = session.connection().execute(statements.page, statements.params).all()
+    position = rows[0][-1] if rows else log_position(session, company_id)
+    return rows, position or 0
 
 
 _SHOWN = (
@@ -153,7 +156,7 @@ def _build(
     if sort_by != "timestamp":
         columns.append(ActivityEntry.timestamp)
     columns.append(ActivityEntry.seq)
-    page = (
+    page = with_log_position(
         select(*(getattr(ActivityEntry, name) for name in _SHOWN))
         .where(*where)
         .order_by(*(c.desc() if desc else c.asc() for c in columns))
@@ -164,7 +167,7 @@ def _build(
     return page, count
 
 
-def search_statements(*, company_id: uuid.UUID, query: ActivitySearch) -> SearchStatements:
+def search_statements(*, company_id: uuid.UUID, query: ActivitySearch) -> PageStatements:
     """The page and count statements of a search; no filter reaches past the company."""
     params: dict[str, Any] = {
         "company_id": company_id,
@@ -190,7 +193,7 @@ def search_statements(*, company_id: uuid.UUID, query: ActivitySearch) -> Search
     built = _statements.get(shape)
     if built is None:  # a bounded set: 2^4 matches x 2^4 bounds x sorts x directions
         built = _statements[shape] = _build(*shape)
-    return SearchStatements(page=built[0], count=built[1], params=params)
+    return PageStatements(page=built[0], count=built[1], params=params)
 
 
 def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) -> bytes:
@@ -200,24 +203,16 @@ def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) ->
     for data the database already typed.
     """
     statements = search_statements(company_id=company_id, query=query)
-    connection = session.connection()  # Core rows: no ORM loading on the hot path
-    position = log_position(session, company_id)
-    rows = connection.execute(statements.page, statements.params).all()
+    rows, position = page_and_position(session, statements, company_id)
     if query.filter is None or not query.filter.model_fields_set:
         total = position  # unfiltered: the chain's length, nothing to count
     else:
         key = (company_id, position, query.filter.model_dump_json())
         total = _totals.get_or_compute(
-            key, lambda: connection.scalar(statements.count, statements.params) or 0
+            key, lambda: session.connection().scalar(statements.count, statements.params) or 0
         )
-    return orjson.dumps(
-        {
-            "page_number": query.page,
-            "page_size": query.page_size,
-            "total_entries": total,
-            "total_pages": total_pages(total, query.page_size),
-            "data": [{**row._asdict(), "timestamp": iso_ms(row.timestamp)} for row in rows],
-        }
+    return page_json(
+        page=query.page, page_size=query.page_size, total=total, fields=_SHOWN, rows=rows
     )
 
 

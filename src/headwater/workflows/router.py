@@ -45,10 +45,10 @@ async def list_categories(
     query: Annotated[CategoryQuery, Query()], read: ReaderDep, caller: WorkflowsRead
 ) -> object:
     """The company's categories, filtered by name/description substrings, sorted and paged."""
-    items, total = await read(
-        service.list_categories, company_id=caller.actor.company_id, query=query
+    return Response(
+        await read(service.list_categories, company_id=caller.actor.company_id, query=query),
+        media_type="application/json",
     )
-    return json_response(Page[CategoryRead].of(items, params=query, total=total))
 
 
 @router.get("/workflow_categories/{id}", response_model=CategoryRead)

@@ -9,14 +9,14 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import Integer, Select, String, Uuid, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import service as activity
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import utcnow_ms
-from headwater.kit.pagination import PageQuery, paginate
+from headwater.kit.pagination import PageQuery, PageStatements, page_json, paginate
 from headwater.workflows.errors import (
     CategoryNotFound,
     IllegalTransition,
@@ -181,48 +181,78 @@ def get_category(
     return row
 
 
-def category_statement(
-    *, company_id: uuid.UUID, query: CategoryQuery
-) -> tuple[Select[WorkflowCategory], list[Any]]:
-    """The company's categories matching the filters, and the list's total order.
+_CATEGORY_SHOWN = tuple(CategoryRead.model_fields)
+_category_statements: dict[tuple[Any, ...], tuple[Select[Any], Select[Any]]] = {}
 
-    It selects columns, not the entity: a list is read, never changed, so Core rows do.
-    """
-    stmt = select(*WorkflowCategory.__table__.columns).where(
-        WorkflowCategory.company_id == company_id
+
+def _build_category_statements(
+    filtered: tuple[str, ...], sort_by: str, desc: bool
+) -> tuple[Select[Any], Select[Any]]:
+    # typed parameters: the statements are also compiled with their values for EXPLAIN
+    table = WorkflowCategory
+    where = [table.company_id == bindparam("company_id", type_=Uuid())]
+    for name in filtered:
+        # lower(column) LIKE: the form the PostgreSQL trigram indexes serve
+        pattern = bindparam(name, type_=String())
+        where.append(func.lower(getattr(table, name)).like(pattern, escape="\\"))
+    order = [getattr(table, sort_by), table.id]
+    page = activity.with_log_position(
+        select(*(getattr(table, name) for name in _CATEGORY_SHOWN))
+        .where(*where)
+        .order_by(*(c.desc() if desc else c.asc() for c in order))
+        .offset(bindparam("offset", type_=Integer))
+        .limit(bindparam("limit", type_=Integer))
     )
+    count = select(func.count()).select_from(select(table.id).where(*where).subquery())
+    return page, count
+
+
+def category_statements(*, company_id: uuid.UUID, query: CategoryQuery) -> PageStatements:
+    """The page and count statements of a category list, for the caller's company only."""
+    params: dict[str, Any] = {
+        "company_id": company_id,
+        "offset": query.offset,
+        "limit": query.page_size,
+    }
+    filtered = []
     for name in ("name", "description"):
         needle = getattr(query, name)
         if needle:
-            stmt = stmt.where(_icontains(getattr(WorkflowCategory, name), needle))
-    order = [getattr(WorkflowCategory, query.sort_by), WorkflowCategory.id]
-    if query.sort_direction == "desc":
-        order = [c.desc() for c in order]
-    return stmt, order
+            filtered.append(name)
+            params[name] = _contains_pattern(needle)
+    shape = (tuple(filtered), query.sort_by, query.sort_direction == "desc")
+    built = _category_statements.get(shape)
+    if built is None:  # a bounded set: 2 filters x 4 sorts x 2 directions
+        built = _category_statements[shape] = _build_category_statements(*shape)
+    return PageStatements(page=built[0], count=built[1], params=params)
 
 
-def list_categories(
-    session: Session, *, company_id: uuid.UUID, query: CategoryQuery
-) -> tuple[Sequence[WorkflowCategory], int]:
-    stmt, order = category_statement(company_id=company_id, query=query)
-    # Every category change is audited, so the activity log position versions the count.
-    key = (company_id, activity.log_position(session, company_id), query.name, query.description)
-    return paginate(
-        session,
-        stmt,
-        *order,
-        params=query,
-        count=lambda total: _category_totals.get_or_compute(key, total),
+def list_categories(session: Session, *, company_id: uuid.UUID, query: CategoryQuery) -> bytes:
+    """One page of the company's categories and their total, as the JSON answer.
+
+    A hot read path, built like the activity search: statements reused per shape, Core
+    rows straight to JSON, and the total cached by the company's activity log position
+    (every category change is audited, so the position versions the count).
+    """
+    statements = category_statements(company_id=company_id, query=query)
+    rows, position = activity.page_and_position(session, statements, company_id)
+    key = (company_id, position, query.name, query.description)
+    total = _category_totals.get_or_compute(
+        key, lambda: session.connection().scalar(statements.count, statements.params) or 0
+    )
+    return page_json(
+        page=query.page,
+        page_size=query.page_size,
+        total=total,
+        fields=_CATEGORY_SHOWN,
+        rows=rows,
     )
 
 
-def _icontains(column: Any, needle: str) -> ColumnElement[bool]:
-    """Case-insensitive substring, with LIKE's wildcards in `needle` taken literally.
-
-    Written as lower(column) LIKE, the form the PostgreSQL trigram indexes serve.
-    """
+def _contains_pattern(needle: str) -> str:
+    """A case-insensitive LIKE pattern for a substring, its wildcards taken literally."""
     escaped = needle.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return func.lower(column).like(f"%{escaped}%", escape="\\")
+    return f"%{escaped}%"
 
 
 def update_category(
