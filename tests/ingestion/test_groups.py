@@ -7,6 +7,7 @@ import threading
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 import sqlalchemy.exc
 
@@ -64,6 +65,54 @@ def test_refused_pushes_do_not_disturb_their_group(
     assert rejected == 2
 
 
+def _caller(data_tenant: DataTenant) -> Principal:
+    return Principal(
+        subject=data_tenant.credential["client_id"],
+        author_id=uuid.UUID(data_tenant.credential["author_id"]),
+        company_id=uuid.UUID(data_tenant.company_id),
+        client_ids=(),
+        scopes=frozenset({"data:read", "data:write"}),
+    )
+
+
+def test_a_group_stores_each_transaction_as_its_answer_says(data_tenant: DataTenant) -> None:
+    """One group, several transaction rows written together (one statement on
+    PostgreSQL): each reads back with its own counts, status, errors and times."""
+    database: Database = data_tenant.client.app.state.runtime.db  # type: ignore[attr-defined]
+    caller = _caller(data_tenant)
+    batches = [
+        [order(1)],
+        [order(2), order(3)],
+        [order(4), {"order_id": "X-5", "amount": "no"}],  # rejected: one bad record
+        [order(6)],
+    ]
+    pushes = [service.SmallPush(caller, data_tenant.client_id, "orders", b) for b in batches]
+    outcomes = service.push_group(database, pushes)
+    answers = [orjson.loads(o.body) for o in outcomes if not isinstance(o, DomainError)]
+    assert [getattr(o, "status", None) for o in outcomes] == [200, 200, 422, 200]
+    for batch, answer in zip(batches, answers, strict=True):
+        got = data_tenant.client.get(
+            f"/platform/v1/transactions/{answer['transaction_id']}",
+            headers=data_tenant.headers,
+        )
+        assert got.status_code == 200, got.text
+        row = got.json()
+        assert row["records_received"] == len(batch)
+        assert row["schema_version"] == 1
+        assert row["client_id"] == data_tenant.client_id and row["dataset_id"] == "orders"
+        assert row["created_at"].endswith("Z") and row["completed_at"] == row["created_at"]
+        if "errors" in answer:  # the rejected push
+            assert row["status"] == "rejected" and row["records_accepted"] == 0
+            assert row["records_rejected"] == 1 and row["error_count"] == answer["error_count"]
+            # the transaction's errors add `line` (null for a push: files name their lines)
+            assert [{**e, "line": None} for e in answer["errors"]] == row["errors"]
+            assert row["errors"][0]["record"] == 1 and row["errors"][0]["path"] == "/amount"
+        else:
+            assert row["status"] == "completed" and row["records_accepted"] == len(batch)
+            assert row["errors"] == [] and row["error_count"] == 0
+    assert len(data_tenant.records(page_size=100)) == 4
+
+
 def test_a_group_that_fails_as_a_whole_is_stored_one_push_at_a_time(
     data_tenant: DataTenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,13 +126,7 @@ def test_a_group_that_fails_as_a_whole_is_stored_one_push_at_a_time(
 
     monkeypatch.setattr(service, "_store", failing_for_groups)
     database: Database = data_tenant.client.app.state.runtime.db  # type: ignore[attr-defined]
-    caller = Principal(
-        subject=data_tenant.credential["client_id"],
-        author_id=uuid.UUID(data_tenant.credential["author_id"]),
-        company_id=uuid.UUID(data_tenant.company_id),
-        client_ids=(),
-        scopes=frozenset({"data:read", "data:write"}),
-    )
+    caller = _caller(data_tenant)
     pushes = [
         service.SmallPush(caller, data_tenant.client_id, "orders", [order(n)]) for n in range(5)
     ]

@@ -21,7 +21,7 @@ from sqlalchemy import (
     text,
 )
 
-from headwater.ingestion.models import Record, RecordCount
+from headwater.ingestion.models import Record, RecordCount, Transaction
 
 # PostgreSQL: the batch travels as one JSON array (one orjson call) and the server makes
 # the rows and their ids; the client formats nothing per row.
@@ -44,6 +44,24 @@ ORDER BY n
 """
 _INSERT = insert(Record)
 _COUNTS = RecordCount.__table__
+# Many transaction rows in one statement: members named as the columns, the others NULL.
+_TRANSACTIONS_FROM_JSON = """
+INSERT INTO transactions
+SELECT * FROM json_populate_recordset(NULL::transactions, %(rows)s::json)
+"""
+_INSERT_TRANSACTION = insert(Transaction)
+
+
+def insert_transactions(connection: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Add transaction rows (dicts of column values) to the connection's transaction: one
+    statement for them all on PostgreSQL, where executemany would send one per row."""
+    if connection.dialect.name != "postgresql" or len(rows) == 1:
+        connection.execute(_INSERT_TRANSACTION, list(rows))
+        return
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    with driver.cursor() as cursor:
+        cursor.execute(_TRANSACTIONS_FROM_JSON, {"rows": orjson.dumps(rows).decode()})
 
 
 @dataclass(frozen=True, slots=True)

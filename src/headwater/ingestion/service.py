@@ -18,7 +18,6 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
-    insert,
     literal,
     select,
     tuple_,
@@ -44,6 +43,7 @@ from headwater.ingestion.repository import (
     count_records,
     field_equals,
     insert_batches,
+    insert_transactions,
 )
 from headwater.ingestion.schemas import (
     ID_PATTERN,
@@ -159,7 +159,6 @@ _TARGET = (
     )
     .where(IngestionClient.client_id == bindparam("client_id"))
 )
-_INSERT_TRANSACTION = insert(Transaction)
 
 
 def _target_row(connection: Connection, client_id: str, dataset_id: str) -> Any:
@@ -319,7 +318,7 @@ def _check(
 def _store(connection: Connection, pushes: list[_Checked]) -> None:
     """Write checked pushes in the connection's transaction: their transaction rows in
     one statement, the records of all of them in another."""
-    connection.execute(_INSERT_TRANSACTION, [push.transaction for push in pushes])
+    insert_transactions(connection, [push.transaction for push in pushes])
     insert_batches(
         connection,
         [
