@@ -3,8 +3,10 @@ each still gets its own transaction, its own answer and only its own records."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -14,7 +16,7 @@ import sqlalchemy.exc
 from headwater.db import Database
 from headwater.errors import DomainError
 from headwater.identity.tokens import Principal
-from headwater.ingestion import service
+from headwater.ingestion import groups, service
 from tests.ingestion.conftest import DataTenant, order
 
 
@@ -135,3 +137,40 @@ def test_a_group_that_fails_as_a_whole_is_stored_one_push_at_a_time(
     assert [getattr(o, "status", None) for o in outcomes[:5]] == [200] * 5
     assert isinstance(outcomes[5], DomainError) and outcomes[5].status == 404
     assert len(data_tenant.records(page_size=100)) == 5
+
+
+def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waves of pushes, with writers finishing and starting between them: every push is
+    answered (a writer counted after it had gone would leave a push waiting for ever)."""
+    written: list[int] = []
+
+    def fake_group(_db: Any, pushes: list[Any]) -> list[Any]:
+        written.extend(len(p.records) for p in pushes)
+        return [service.Answer(status=200, body=b"{}") for _ in pushes]
+
+    monkeypatch.setattr(service, "push_group", fake_group)
+    monkeypatch.setattr(groups, "WRITERS", 1)
+    queue = groups.PushQueue(None)  # type: ignore[arg-type]
+    caller = Principal(
+        subject="c",
+        author_id=uuid.uuid4(),
+        company_id=uuid.uuid4(),
+        client_ids=(),
+        scopes=frozenset(),
+    )
+    limits = service.Limits(max_records=10, max_depth=32, idempotency_ttl=timedelta(hours=1))
+    body = orjson.dumps({"client_id": "crm", "dataset_id": "orders", "data": {"a": 1}})
+
+    async def waves() -> None:
+        for wave in range(200):
+            pushes = [
+                queue.push(caller, body=body, idempotency_key=None, limits=limits)
+                for _ in range(wave % 7 + 1)
+            ]
+            answers = await asyncio.wait_for(asyncio.gather(*pushes), timeout=10)
+            assert [a.status for a in answers] == [200] * len(pushes)
+            for _ in range(wave % 23):  # the next wave comes at every moment of the writer's
+                await asyncio.sleep(0)  # wind-down: its turns, its check, its end
+
+    asyncio.run(waves())
+    assert sum(written) == sum(w % 7 + 1 for w in range(200))

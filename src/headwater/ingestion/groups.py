@@ -3,8 +3,10 @@
 A single-record push costs a database transaction of its own: a read, two inserts and a
 commit, most of it fixed cost. Under concurrency, the pushes that arrive while one group
 is being written wait and go together in the next: one read per (client, dataset), one
-insert of their transactions, their records, one commit. Under light load a group is one
-push and nothing waits; the heavier the load, the larger the groups.
+insert of their transactions, their records, one commit. Before it takes a group, a
+writer lets the event loop turn a few times, so that requests already read from their
+sockets join it. Under light load a group is one push and waits microseconds; the
+heavier the load, the larger the groups.
 
 Every push still gets its own transaction row and its own answer, and a 200 is still
 sent only after the commit that holds its records (`service.push_group`). Pushes with an
@@ -26,6 +28,10 @@ SMALL_BODY = 16 * 1024
 MAX_GROUP = 256
 # Groups in flight at once in one process: while one commits, the next is written.
 WRITERS = 2
+# Event-loop turns a writer lets pass before it takes a group, so that requests already
+# read from their sockets, and on their way through routing and authentication, join
+# it: larger groups cost less CPU a push. Under light load a turn takes microseconds.
+TURNS = 4
 
 
 class PushQueue:
@@ -56,27 +62,38 @@ class PushQueue:
         answer: asyncio.Future[service.Answer] = loop.create_future()
         self._waiting.append((service.SmallPush(caller, client_id, dataset_id, records), answer))
         if len(self._writers) < WRITERS:
-            writer = loop.create_task(self._write())
-            self._writers.add(writer)
-            writer.add_done_callback(self._writers.discard)
+            self._writers.add(loop.create_task(self._write()))
         return await answer
 
     async def _write(self) -> None:
-        while self._waiting:
-            group = self._waiting[:MAX_GROUP]
-            del self._waiting[:MAX_GROUP]
-            pushes = [push for push, _ in group]
-            outcomes: list[service.Answer | Exception]
-            try:
-                outcomes = list(
-                    await anyio.to_thread.run_sync(service.push_group, self._db, pushes)
-                )
-            except Exception as exc:  # the database: every push of the group fails
-                outcomes = [exc] * len(group)
-            for (_, answer), outcome in zip(group, outcomes, strict=True):
-                if answer.done():  # the client went away; its push stands or fails
-                    continue
-                if isinstance(outcome, BaseException):
-                    answer.set_exception(outcome)
-                else:
-                    answer.set_result(outcome)
+        try:
+            while True:
+                for _ in range(TURNS):
+                    await asyncio.sleep(0)
+                if not self._waiting:
+                    return
+                await self._write_group()
+        finally:
+            # In the same step as the check that found nothing waiting: a push that comes
+            # after it sees one writer fewer and starts one (a done-callback would leave a
+            # moment where the writer is gone but still counted, and the push would wait
+            # for no one).
+            self._writers.discard(asyncio.current_task())
+
+    async def _write_group(self) -> None:
+        """Write the pushes waiting now (up to MAX_GROUP) in one group and answer each."""
+        group = self._waiting[:MAX_GROUP]
+        del self._waiting[:MAX_GROUP]
+        pushes = [push for push, _ in group]
+        outcomes: list[service.Answer | Exception]
+        try:
+            outcomes = list(await anyio.to_thread.run_sync(service.push_group, self._db, pushes))
+        except Exception as exc:  # the database: every push of the group fails
+            outcomes = [exc] * len(group)
+        for (_, answer), outcome in zip(group, outcomes, strict=True):
+            if answer.done():  # the client went away; its push stands or fails
+                continue
+            if isinstance(outcome, BaseException):
+                answer.set_exception(outcome)
+            else:
+                answer.set_result(outcome)
