@@ -228,6 +228,9 @@ def main() -> None:
             )
             with psycopg.connect(database_url, autocommit=True) as conn:
                 conn.execute("VACUUM ANALYZE")
+                # the load's writes flushed now, not by a checkpoint in the middle of a
+                # measurement (one stalled a shape's reads for 300 ms and more)
+                conn.execute("CHECKPOINT")
             print(
                 f"loaded {args.entries:,} chained entries over {COMPANIES} companies in "
                 f"{seconds_entries:.1f} s ({args.entries / seconds_entries:,.0f}/s); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -51,6 +52,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runtime = build_runtime(settings)
         app.state.runtime = runtime
         await run_in_threadpool(start, runtime)
+        # Everything loaded so far (modules, models, routes, compiled statements: some
+        # 150,000 objects) lives as long as the process. Frozen, the collector no longer
+        # walks it: a full collection took 65 ms, a pause of every request in flight.
+        gc.collect()
+        gc.freeze()
         stop = asyncio.Event()
         tasks = (
             [asyncio.create_task(worker.run_forever(runtime, stop))]
@@ -69,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for task in tasks:
                 await task
             await runtime.close()
+            gc.unfreeze()  # what was frozen may be collected again (tests start many apps)
 
     app = FastAPI(
         title="Headwater API",
