@@ -91,3 +91,26 @@ def test_brackets_inside_strings_do_not_count() -> None:
     assert loads(b'{"a": "\\"' + b"[" * 100 + b'"}') == {"a": '"' + "[" * 100}
     with pytest.raises(StrictJSONError):
         loads(b'{"a": "\\"]]]]", "b": ' + b"[" * 40 + b"]" * 40 + b"}")
+
+
+@pytest.mark.parametrize(
+    ("body", "deep"),
+    [
+        (b"[" * 32 + b"]" * 32, False),  # exactly the limit
+        (b"[" * 33 + b"]" * 33, True),
+        (b'{"a":' * 32 + b"1" + b"}" * 32, False),
+        (b'{"a":' * 33 + b"1" + b"}" * 33, True),
+        # more brackets than the limit, but inside strings: the count says "maybe", the
+        # walk says no
+        (b'{"s": "' + b"[{" * 40 + b'"}', False),
+        (b'{"s": "\\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}', False),
+        # brackets in strings and real depth over the limit
+        (b'[{"s": "' + b"[" * 40 + b'"}, ' + b"[" * 32 + b"]" * 32 + b"]", True),
+    ],
+)
+def test_depth_limit_counts_structure_not_strings(body: bytes, deep: bool) -> None:
+    if deep:
+        with pytest.raises(StrictJSONError, match="deeper than 32 levels"):
+            loads(body, max_depth=32)
+    else:
+        assert loads(body, max_depth=32) is not None
