@@ -17,6 +17,7 @@ from headwater.db import Database
 from headwater.errors import DomainError
 from headwater.identity.tokens import Principal
 from headwater.ingestion import groups, service
+from headwater.ingestion.schemas import PushResult
 from tests.ingestion.conftest import DataTenant, order
 
 
@@ -112,6 +113,10 @@ def test_a_group_stores_each_transaction_as_its_answer_says(data_tenant: DataTen
         else:
             assert row["status"] == "completed" and row["records_accepted"] == len(batch)
             assert row["errors"] == [] and row["error_count"] == 0
+            # the answer is PushResult exactly, member for member and in its order
+            assert list(answer) == list(PushResult.model_fields)
+            assert PushResult.model_validate(answer).model_dump(mode="json") == answer
+            assert answer["received_at"] == row["created_at"]
     assert len(data_tenant.records(page_size=100)) == 4
 
 
