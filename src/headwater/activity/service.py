@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Integer, Row, Select, Uuid, bindparam, func, select
+from sqlalchemy import Row, Select, Uuid, bindparam, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import chain
@@ -17,7 +18,7 @@ from headwater.db import dialect_insert
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import iso_ms, utcnow_ms
-from headwater.kit.pagination import PageStatements, page_json
+from headwater.kit.pagination import PageStatements, page_json, shaped_statements
 
 
 def chain_fields(entry: ActivityEntry) -> dict[str, Any]:
@@ -134,9 +135,9 @@ _SHOWN = (
     "timestamp",
 )
 _BOUNDS = {"gt": "__gt__", "gte": "__ge__", "lt": "__lt__", "lte": "__le__"}
-_statements: dict[tuple[Any, ...], tuple[Select[Any], Select[Any]]] = {}
 
 
+@functools.cache  # a bounded set of shapes: 2^4 matches x 2^4 bounds x sorts x directions
 def _build(
     matched: tuple[tuple[str, bool], ...], bounds: tuple[str, ...], sort_by: str, desc: bool
 ) -> tuple[Select[Any], Select[Any]]:
@@ -156,15 +157,13 @@ def _build(
     if sort_by != "timestamp":
         columns.append(ActivityEntry.timestamp)
     columns.append(ActivityEntry.seq)
-    page = with_log_position(
-        select(*(getattr(ActivityEntry, name) for name in _SHOWN))
-        .where(*where)
-        .order_by(*(c.desc() if desc else c.asc() for c in columns))
-        .offset(bindparam("offset", type_=Integer))
-        .limit(bindparam("limit", type_=Integer))
+    page, count = shaped_statements(
+        [getattr(ActivityEntry, name) for name in _SHOWN],
+        where,
+        [c.desc() if desc else c.asc() for c in columns],
+        ActivityEntry.id,
     )
-    count = select(func.count()).select_from(select(ActivityEntry.id).where(*where).subquery())
-    return page, count
+    return with_log_position(page), count
 
 
 def search_statements(*, company_id: uuid.UUID, query: ActivitySearch) -> PageStatements:
@@ -189,11 +188,10 @@ def search_statements(*, company_id: uuid.UUID, query: ActivitySearch) -> PageSt
                 if value is not None:
                     bounds.append(bound)
                     params["ts_" + bound] = value
-    shape = (tuple(matched), tuple(bounds), query.sort_by, query.sort_direction == "desc")
-    built = _statements.get(shape)
-    if built is None:  # a bounded set: 2^4 matches x 2^4 bounds x sorts x directions
-        built = _statements[shape] = _build(*shape)
-    return PageStatements(page=built[0], count=built[1], params=params)
+    page, count = _build(
+        tuple(matched), tuple(bounds), query.sort_by, query.sort_direction == "desc"
+    )
+    return PageStatements(page=page, count=count, params=params)
 
 
 def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) -> bytes:

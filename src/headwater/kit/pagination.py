@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 from pydantic import BaseModel, Field
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Integer, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from headwater.kit.clock import iso_ms
@@ -112,6 +112,22 @@ class PageStatements:
     page: Select[Any]
     count: Select[Any]
     params: dict[str, Any]
+
+
+def shaped_statements(
+    columns: Sequence[Any], where: Sequence[ColumnElement[bool]], order_by: Sequence[Any], key: Any
+) -> tuple[Select[Any], Select[Any]]:
+    """The page statement of a list shape, `offset` and `limit` bound when it runs, and its
+    count statement (of `key`, a column of the listed table)."""
+    page = (
+        select(*columns)
+        .where(*where)
+        .order_by(*order_by)
+        .offset(bindparam("offset", type_=Integer))
+        .limit(bindparam("limit", type_=Integer))
+    )
+    count = select(func.count()).select_from(select(key).where(*where).subquery())
+    return page, count
 
 
 def page_json(

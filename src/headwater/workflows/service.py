@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -9,14 +10,20 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from sqlalchemy import Integer, Select, String, Uuid, bindparam, func, select
+from sqlalchemy import Select, String, Uuid, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import service as activity
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import utcnow_ms
-from headwater.kit.pagination import PageQuery, PageStatements, page_json, paginate
+from headwater.kit.pagination import (
+    PageQuery,
+    PageStatements,
+    page_json,
+    paginate,
+    shaped_statements,
+)
 from headwater.workflows.errors import (
     CategoryNotFound,
     IllegalTransition,
@@ -182,9 +189,9 @@ def get_category(
 
 
 _CATEGORY_SHOWN = tuple(CategoryRead.model_fields)
-_category_statements: dict[tuple[Any, ...], tuple[Select[Any], Select[Any]]] = {}
 
 
+@functools.cache  # a bounded set of shapes: 2 filters x 4 sorts x 2 directions
 def _build_category_statements(
     filtered: tuple[str, ...], sort_by: str, desc: bool
 ) -> tuple[Select[Any], Select[Any]]:
@@ -196,15 +203,13 @@ def _build_category_statements(
         pattern = bindparam(name, type_=String())
         where.append(func.lower(getattr(table, name)).like(pattern, escape="\\"))
     order = [getattr(table, sort_by), table.id]
-    page = activity.with_log_position(
-        select(*(getattr(table, name) for name in _CATEGORY_SHOWN))
-        .where(*where)
-        .order_by(*(c.desc() if desc else c.asc() for c in order))
-        .offset(bindparam("offset", type_=Integer))
-        .limit(bindparam("limit", type_=Integer))
+    page, count = shaped_statements(
+        [getattr(table, name) for name in _CATEGORY_SHOWN],
+        where,
+        [c.desc() if desc else c.asc() for c in order],
+        table.id,
     )
-    count = select(func.count()).select_from(select(table.id).where(*where).subquery())
-    return page, count
+    return activity.with_log_position(page), count
 
 
 def category_statements(*, company_id: uuid.UUID, query: CategoryQuery) -> PageStatements:
@@ -220,11 +225,10 @@ def category_statements(*, company_id: uuid.UUID, query: CategoryQuery) -> PageS
         if needle:
             filtered.append(name)
             params[name] = _contains_pattern(needle)
-    shape = (tuple(filtered), query.sort_by, query.sort_direction == "desc")
-    built = _category_statements.get(shape)
-    if built is None:  # a bounded set: 2 filters x 4 sorts x 2 directions
-        built = _category_statements[shape] = _build_category_statements(*shape)
-    return PageStatements(page=built[0], count=built[1], params=params)
+    page, count = _build_category_statements(
+        tuple(filtered), query.sort_by, query.sort_direction == "desc"
+    )
+    return PageStatements(page=page, count=count, params=params)
 
 
 def list_categories(session: Session, *, company_id: uuid.UUID, query: CategoryQuery) -> bytes:
