@@ -158,6 +158,23 @@ class Database:
             yield connection
 
     @contextmanager
+    def atomic(self) -> Iterator[Connection]:
+        """A Core connection for one atomic write, committed when the block ends without
+        error: `repository.store`'s, which is one statement on PostgreSQL.
+
+        PostgreSQL: autocommit, as one statement is atomic by itself; the BEGIN and
+        COMMIT round trips of a transaction are saved. The block must therefore send
+        exactly one statement there. SQLite: a transaction, like `begin`.
+        """
+        if self.engine.dialect.name != "postgresql":
+            with self.engine.begin() as connection:
+                yield connection
+            return
+        with self.engine.connect() as connection:
+            connection.execution_options(isolation_level="AUTOCOMMIT")
+            yield connection
+
+    @contextmanager
     def exclusive(self, lock: int) -> Iterator[None]:
         """Run the block in one process at a time, across every process on this database.
 

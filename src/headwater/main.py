@@ -87,11 +87,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     if settings.embedded_idp_enabled:
         app.include_router(token_router.router)
+    # Routes are matched in order, one pattern after another: the hot paths (whoami,
+    # the data API with push first) come before the operator API.
     app.include_router(identity_router.token_info)
-    app.include_router(identity_router.router)
-    app.include_router(ingestion_router.admin)
     app.include_router(ingestion_router.router)
     app.include_router(files_router.router)
+    app.include_router(identity_router.router)
+    app.include_router(ingestion_router.admin)
     app.include_router(files_router.uploads)
     app.include_router(files_router.hooks)
     app.include_router(workflows_router.router)

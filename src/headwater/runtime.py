@@ -37,6 +37,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.limiter.close()
+        self.pushes.close()
         self.db.dispose()
 
 

@@ -4,6 +4,7 @@ each still gets its own transaction, its own answer and only its own records."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import uuid
 from datetime import timedelta
@@ -144,6 +145,35 @@ def test_a_group_that_fails_as_a_whole_is_stored_one_push_at_a_time(
     assert len(data_tenant.records(page_size=100)) == 5
 
 
+def test_a_group_write_is_all_or_nothing(data_tenant: DataTenant) -> None:
+    """A group's write (one statement on PostgreSQL, in autocommit) stores every
+    transaction, record and count of it, or nothing: here its last transaction row clashes
+    with a stored one, and neither the other row nor any record nor count is left."""
+    database: Database = data_tenant.client.app.state.runtime.db  # type: ignore[attr-defined]
+    caller = _caller(data_tenant)
+    first = data_tenant.push([order(1)])
+    assert first.status_code == 200, first.text
+    taken = uuid.UUID(first.json()["transaction_id"])
+    with database.read_connection() as connection:
+        target = service._target(connection, caller, data_tenant.client_id, "orders")
+    checked = [
+        service._check(caller, data_tenant.client_id, "orders", [order(n), order(n + 10)], target)
+        for n in (2, 3)
+    ]
+    clash = dataclasses.replace(checked[1], transaction={**checked[1].transaction, "id": taken})
+    with pytest.raises(sqlalchemy.exc.IntegrityError), database.atomic() as connection:
+        service._store(connection, [checked[0], clash])
+
+    stored = data_tenant.client.get(
+        "/platform/v1/data",
+        params={"client_id": data_tenant.client_id, "dataset_id": "orders"},
+        headers=data_tenant.headers,
+    ).json()
+    assert [r["data"]["order_id"] for r in stored["data"]] == ["A-1"]
+    assert stored["total_entries"] == 1  # the kept count, not a scan: unchanged
+    assert data_tenant.transactions()["total_entries"] == 1
+
+
 def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     """Waves of pushes, with writers finishing and starting between them: every push is
     answered (a writer counted after it had gone would leave a push waiting for ever)."""
@@ -178,4 +208,5 @@ def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatc
                 await asyncio.sleep(0)  # wind-down: its turns, its check, its end
 
     asyncio.run(waves())
+    queue.close()
     assert sum(written) == sum(w % 7 + 1 for w in range(200))

@@ -16,6 +16,7 @@ Idempotency-Key, and large ones, take the one-by-one path (`service.push`).
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import anyio.to_thread
 
@@ -41,6 +42,13 @@ class PushQueue:
         self._db = db
         self._waiting: list[tuple[service.SmallPush, asyncio.Future[service.Answer]]] = []
         self._writers: set[asyncio.Task[None]] = set()
+        # Groups are written on threads of their own: a handoff through a C queue, where
+        # anyio's shared pool takes a capacity token and a Python queue for each call.
+        self._threads = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="push-group")
+
+    def close(self) -> None:
+        """Let the groups in flight finish, then stop the writer threads."""
+        self._threads.shutdown(wait=True)
 
     async def push(
         self,
@@ -87,7 +95,10 @@ class PushQueue:
         pushes = [push for push, _ in group]
         outcomes: list[service.Answer | Exception]
         try:
-            outcomes = list(await anyio.to_thread.run_sync(service.push_group, self._db, pushes))
+            loop = asyncio.get_running_loop()
+            outcomes = list(
+                await loop.run_in_executor(self._threads, service.push_group, self._db, pushes)
+            )
         except Exception as exc:  # the database: every push of the group fails
             outcomes = [exc] * len(group)
         for (_, answer), outcome in zip(group, outcomes, strict=True):

@@ -33,35 +33,37 @@ SELECT gen_random_uuid(), %(company_id)s, %(dataset_pk)s, %(transaction_id)s,
 FROM json_array_elements(%(data)s::json) WITH ORDINALITY AS batch(data, n)
 ORDER BY n
 """
-# Several transactions' records in one statement: each row carries its own columns.
-_UNNEST_MANY = """
-INSERT INTO records
-    (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
-SELECT gen_random_uuid(), (row->>0)::uuid, (row->>1)::uuid, (row->>2)::uuid,
-       (row->>3)::integer, (row->>4)::timestamptz, row->5
-FROM json_array_elements(%(rows)s::json) WITH ORDINALITY AS batch(row, n)
-ORDER BY n
-"""
 _INSERT = insert(Record)
 _COUNTS = RecordCount.__table__
-# Many transaction rows in one statement: members named as the columns, the others NULL.
-_TRANSACTIONS_FROM_JSON = """
-INSERT INTO transactions
-SELECT * FROM json_populate_recordset(NULL::transactions, %(rows)s::json)
-"""
 _INSERT_TRANSACTION = insert(Transaction)
 
-
-def insert_transactions(connection: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Add transaction rows (dicts of column values) to the connection's transaction: one
-    statement for them all on PostgreSQL, where executemany would send one per row."""
-    if connection.dialect.name != "postgresql" or len(rows) == 1:
-        connection.execute(_INSERT_TRANSACTION, list(rows))
-        return
-    driver = connection.connection.driver_connection
-    assert driver is not None
-    with driver.cursor() as cursor:
-        cursor.execute(_TRANSACTIONS_FROM_JSON, {"rows": orjson.dumps(rows).decode()})
+# PostgreSQL: transaction rows, the records of their batches and the record counts, in
+# one statement. One statement is atomic by itself, so it may run in autocommit: one
+# round trip, where BEGIN, four statements and COMMIT took six. Each document travels
+# as one JSON text (one orjson call); the records' other columns come from their
+# transaction's row, joined by the transaction id each record is listed with.
+_STORE = """
+WITH new_transactions AS (
+    INSERT INTO transactions
+    SELECT * FROM json_populate_recordset(NULL::transactions, %(transactions)s::json)
+    RETURNING id, company_id, dataset_pk, schema_version, created_at
+), counted AS (
+    INSERT INTO dataset_record_counts (dataset_pk, shard, records)
+    SELECT dataset_pk, shard, records
+    FROM json_to_recordset(%(counts)s::json) AS c(dataset_pk uuid, shard smallint, records bigint)
+    ORDER BY dataset_pk
+    ON CONFLICT (dataset_pk, shard)
+    DO UPDATE SET records = dataset_record_counts.records + excluded.records
+)
+INSERT INTO records
+    (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
+SELECT gen_random_uuid(), t.company_id, t.dataset_pk, t.id, t.schema_version, t.created_at,
+       r.data
+FROM json_array_elements(%(records)s::json) WITH ORDINALITY AS r(data, n)
+JOIN json_array_elements_text(%(owners)s::json) WITH ORDINALITY AS o(id, n) USING (n)
+JOIN new_transactions AS t ON t.id = o.id::uuid
+ORDER BY r.n
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,22 +91,60 @@ _ADD_TO_COUNT = text(
 ).bindparams(bindparam("dataset_pk", type_=Uuid()))
 
 
-def _add_to_counts(connection: Connection, batches: Sequence[RecordBatch]) -> None:
-    """Add to the datasets' record counts, in the same database transaction as the rows.
+def _counts(batches: Sequence[RecordBatch]) -> list[dict[str, Any]]:
+    """What the batches add to their datasets' record counts, datasets in sorted order.
 
-    One call counts in one shard (its first transaction's), so one database transaction
-    locks one count row per dataset: a file's many batches the same row each time, and a
-    group of pushes one row rather than many. Datasets are locked in one order (sorted),
-    so two transactions never wait on each other's rows in opposite order.
+    All of it goes to one shard (the first batch's), so one database transaction locks
+    one count row per dataset: a file's many batches the same row each time, and a group
+    of pushes one row rather than many. Datasets are locked in one order (sorted), so two
+    transactions never wait on each other's rows in opposite order.
     """
     shard = batches[0].shard
     added: dict[uuid.UUID, int] = {}
     for batch in batches:
         added[batch.dataset_pk] = added.get(batch.dataset_pk, 0) + len(batch.records)
-    for dataset_pk, count in sorted(added.items()):
-        connection.execute(
-            _ADD_TO_COUNT, {"dataset_pk": dataset_pk, "shard": shard, "records": count}
-        )
+    return [
+        {"dataset_pk": dataset_pk, "shard": shard, "records": count}
+        for dataset_pk, count in sorted(added.items())
+    ]
+
+
+def _add_to_counts(connection: Connection, batches: Sequence[RecordBatch]) -> None:
+    """Add to the datasets' record counts, in the same database transaction as the rows."""
+    for count in _counts(batches):
+        connection.execute(_ADD_TO_COUNT, count)
+
+
+def store(
+    connection: Connection, transactions: Sequence[dict[str, Any]], batches: Sequence[RecordBatch]
+) -> None:
+    """Add transaction rows (dicts of column values) and the records of their batches,
+    counted. Each batch's `transaction_id` names one of the rows, whose company, dataset,
+    schema version and creation time its records take.
+
+    PostgreSQL: one statement, atomic by itself (the connection may be in autocommit).
+    Elsewhere: several, which the caller's transaction makes atomic.
+    """
+    if connection.dialect.name != "postgresql":
+        connection.execute(_INSERT_TRANSACTION, list(transactions))
+        insert_batches(connection, batches)
+        return
+    batches = [batch for batch in batches if batch.records]
+    # through SQLAlchemy, so that a failure is its DBAPIError (a lost database is told
+    # apart) while the statement and its parameters go to psycopg as they are
+    connection.exec_driver_sql(
+        _STORE,
+        {
+            "transactions": orjson.dumps(transactions).decode(),
+            "counts": orjson.dumps(_counts(batches) if batches else []).decode(),
+            "records": orjson.dumps(
+                [record for batch in batches for record in batch.records]
+            ).decode(),
+            "owners": orjson.dumps(
+                [batch.transaction_id for batch in batches for _ in batch.records]
+            ).decode(),
+        },
+    )
 
 
 _TOTAL = select(func.coalesce(func.sum(_COUNTS.c.records), 0)).where(
@@ -136,42 +176,24 @@ def insert_records(
 
 def insert_batches(connection: Connection, batches: Sequence[RecordBatch]) -> None:
     """Add the batches' records to the connection's transaction, in their order, and
-    count them: one INSERT for them all on PostgreSQL, whatever their transactions."""
+    count them: one INSERT a batch on PostgreSQL, one executemany elsewhere."""
     batches = [batch for batch in batches if batch.records]
     if not batches:
         return
     _add_to_counts(connection, batches)
     if connection.dialect.name == "postgresql":
-        driver = connection.connection.driver_connection
-        assert driver is not None
-        with driver.cursor() as cursor:
-            if len(batches) == 1:
-                batch = batches[0]
-                cursor.execute(
-                    _UNNEST,
-                    {
-                        "company_id": batch.company_id,
-                        "dataset_pk": batch.dataset_pk,
-                        "transaction_id": batch.transaction_id,
-                        "schema_version": batch.schema_version,
-                        "ingested_at": batch.ingested_at,
-                        "data": orjson.dumps(batch.records).decode(),
-                    },
-                )
-            else:
-                rows = [
-                    (
-                        batch.company_id,
-                        batch.dataset_pk,
-                        batch.transaction_id,
-                        batch.schema_version,
-                        batch.ingested_at,
-                        record,
-                    )
-                    for batch in batches
-                    for record in batch.records
-                ]
-                cursor.execute(_UNNEST_MANY, {"rows": orjson.dumps(rows).decode()})
+        for batch in batches:
+            connection.exec_driver_sql(
+                _UNNEST,
+                {
+                    "company_id": batch.company_id,
+                    "dataset_pk": batch.dataset_pk,
+                    "transaction_id": batch.transaction_id,
+                    "schema_version": batch.schema_version,
+                    "ingested_at": batch.ingested_at,
+                    "data": orjson.dumps(batch.records).decode(),
+                },
+            )
         return
     connection.execute(
         _INSERT,

@@ -38,13 +38,7 @@ from headwater.ingestion.errors import (
     TransactionNotFound,
 )
 from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transaction
-from headwater.ingestion.repository import (
-    RecordBatch,
-    count_records,
-    field_equals,
-    insert_batches,
-    insert_transactions,
-)
+from headwater.ingestion.repository import RecordBatch, count_records, field_equals, store
 from headwater.ingestion.schemas import (
     ID_PATTERN,
     RecordQuery,
@@ -318,11 +312,11 @@ def _check(
 
 
 def _store(connection: Connection, pushes: list[_Checked]) -> None:
-    """Write checked pushes in the connection's transaction: their transaction rows in
-    one statement, the records of all of them in another."""
-    insert_transactions(connection, [push.transaction for push in pushes])
-    insert_batches(
+    """Write checked pushes: their transaction rows and the records of those accepted
+    (`repository.store`: one statement on PostgreSQL)."""
+    store(
         connection,
+        [push.transaction for push in pushes],
         [
             RecordBatch(
                 records=push.cleaned,
@@ -372,9 +366,13 @@ def push(
 
     checked = _check(caller, client_id, dataset_id, records, target)
     answer, transaction_id = checked.answer, checked.transaction["id"]
+    if idempotency_key is None:
+        with db.atomic() as connection:
+            _store(connection, [checked])
+        return answer
 
     with db.begin() as connection:
-        claimed = idempotency_key is None or _claim(
+        claimed = _claim(
             connection,
             company_id=company_id,
             key=idempotency_key,
@@ -388,7 +386,6 @@ def push(
     if claimed:
         return answer
     # Another request holds the key and has committed: answer as it did.
-    assert idempotency_key is not None
     with db.read_connection() as connection:
         replay = _replay(
             connection,
@@ -413,18 +410,20 @@ class SmallPush:
 
 
 def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | DomainError]:
-    """Store many pushes in one database transaction: their answers, in their order.
+    """Store many pushes in one atomic write: their answers, in their order.
 
     Each push is resolved, normalised and validated as `push` does; one that is refused
     (403, 404, 422) gets its error or its rejected transaction and does not disturb the
-    others. If the transaction as a whole fails, each push is tried again on its own, so
-    no push is refused for another's sake. A database that cannot be reached raises.
+    others. The datasets are read once per (client, dataset) before the write, which is
+    one statement on PostgreSQL (`Database.atomic`). If the write fails, each push is
+    tried again on its own, so no push is refused for another's sake. A database that
+    cannot be reached raises.
     """
     try:
-        with db.begin() as connection:
-            rows: dict[tuple[str, str], Any] = {}
-            outcomes: list[Answer | DomainError] = []
-            checked: list[_Checked] = []
+        rows: dict[tuple[str, str], Any] = {}
+        outcomes: list[Answer | DomainError] = []
+        checked: list[_Checked] = []
+        with db.read_connection() as connection:
             for push in pushes:
                 pair = (push.client_id, push.dataset_id)
                 try:
@@ -437,7 +436,8 @@ def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | Domai
                 one = _check(push.caller, *pair, push.records, target)
                 checked.append(one)
                 outcomes.append(one.answer)
-            if checked:
+        if checked:
+            with db.atomic() as connection:
                 _store(connection, checked)
         return outcomes
     except Exception as exc:
