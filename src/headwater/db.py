@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -51,6 +54,36 @@ class UTCDateTime(TypeDecorator[datetime]):
 def dialect_insert(dialect: Dialect) -> Callable[..., Any]:
     """The dialect's own INSERT, with ON CONFLICT (PostgreSQL's or SQLite's)."""
     return postgresql.insert if dialect.name == "postgresql" else sqlite.insert
+
+
+def driver_execute(connection: Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:
+    """Run `statement` (psycopg's `%(name)s` parameters) on the PostgreSQL connection's
+    psycopg connection itself; its rows, as named tuples.
+
+    For the hottest write path only: SQLAlchemy's statement layer costs about 0.08 ms a
+    statement, more than PostgreSQL takes to run these. It runs in the connection's
+    transaction (or in autocommit, `Database.atomic`). psycopg's errors are raised as
+    SQLAlchemy's, as for any statement: a lost database is told apart (503), and a
+    connection that broke is dropped from the pool.
+    """
+    driver = connection.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    try:
+        with driver.cursor(row_factory=namedtuple_row) as cursor:
+            cursor.execute(statement, params)
+            return cursor.fetchall() if cursor.description else []
+    except psycopg.Error as exc:
+        if driver.closed:
+            connection.invalidate()
+        raise DBAPIError.instance(
+            statement,
+            params,
+            exc,
+            psycopg.Error,
+            hide_parameters=True,  # records' contents stay out of logs
+            connection_invalidated=driver.closed,
+            dialect=connection.dialect,
+        ) from exc
 
 
 class Base(DeclarativeBase):

@@ -13,6 +13,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Uuid,
+    and_,
     bindparam,
     func,
     insert,
@@ -21,7 +22,9 @@ from sqlalchemy import (
     text,
 )
 
-from headwater.ingestion.models import Record, RecordCount, Transaction
+from headwater.db import driver_execute
+from headwater.identity.models import IngestionClient
+from headwater.ingestion.models import Dataset, Record, RecordCount, Transaction
 
 # PostgreSQL: the batch travels as one JSON array (one orjson call) and the server makes
 # the rows and their ids; the client formats nothing per row.
@@ -64,6 +67,43 @@ JOIN json_array_elements_text(%(owners)s::json) WITH ORDINALITY AS o(id, n) USIN
 JOIN new_transactions AS t ON t.id = o.id::uuid
 ORDER BY r.n
 """
+
+
+# The client a push names and its dataset, in one query: a row with the client's
+# company_id and revoked_at, and the dataset's id (None if it has no such dataset),
+# schema_version and options; no row if there is no such client.
+_TARGET = (
+    select(
+        IngestionClient.company_id,
+        IngestionClient.revoked_at,
+        Dataset.id,
+        Dataset.schema_version,
+        Dataset.options,
+    )
+    .outerjoin(
+        Dataset,
+        and_(
+            Dataset.client_id == IngestionClient.client_id,
+            Dataset.dataset_id == bindparam("dataset_id"),
+        ),
+    )
+    .where(IngestionClient.client_id == bindparam("client_id"))
+)
+_TARGET_SQL = """
+SELECT c.company_id, c.revoked_at, d.id, d.schema_version, d.options
+FROM ingestion_clients AS c
+LEFT JOIN datasets AS d ON d.client_id = c.client_id AND d.dataset_id = %(dataset_id)s
+WHERE c.client_id = %(client_id)s
+"""
+
+
+def target(connection: Connection, client_id: str, dataset_id: str) -> Any:
+    """The client's state and the named dataset's (see _TARGET); None: no such client."""
+    params = {"client_id": client_id, "dataset_id": dataset_id}
+    if connection.dialect.name == "postgresql":
+        rows = driver_execute(connection, _TARGET_SQL, params)
+        return rows[0] if rows else None
+    return connection.execute(_TARGET, params).one_or_none()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +170,8 @@ def store(
         insert_batches(connection, batches)
         return
     batches = [batch for batch in batches if batch.records]
-    # through SQLAlchemy, so that a failure is its DBAPIError (a lost database is told
-    # apart) while the statement and its parameters go to psycopg as they are
-    connection.exec_driver_sql(
+    driver_execute(
+        connection,
         _STORE,
         {
             "transactions": orjson.dumps(transactions).decode(),

@@ -14,8 +14,6 @@ import orjson
 from sqlalchemy import (
     Connection,
     Select,
-    and_,
-    bindparam,
     delete,
     func,
     literal,
@@ -26,9 +24,8 @@ from sqlalchemy.orm import Session
 
 from headwater.db import Database, dialect_insert
 from headwater.errors import DomainError, MalformedJSON, is_unreachable
-from headwater.identity.models import IngestionClient
 from headwater.identity.tokens import Principal
-from headwater.ingestion import datasets, validation
+from headwater.ingestion import datasets, repository, validation
 from headwater.ingestion.errors import (
     BatchTooLarge,
     DatasetNotFound,
@@ -38,7 +35,7 @@ from headwater.ingestion.errors import (
     TransactionNotFound,
 )
 from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transaction
-from headwater.ingestion.repository import RecordBatch, count_records, field_equals, store
+from headwater.ingestion.repository import RecordBatch, count_records, field_equals
 from headwater.ingestion.schemas import (
     ID_PATTERN,
     RecordQuery,
@@ -134,37 +131,12 @@ class _Target:
     compiled: datasets.Compiled
 
 
-# Built once: composing a statement costs more than running it on a warm connection.
-_TARGET = (
-    select(
-        IngestionClient.company_id,
-        IngestionClient.revoked_at,
-        Dataset.id,
-        Dataset.schema_version,
-        Dataset.options,
-    )
-    .outerjoin(
-        Dataset,
-        and_(
-            Dataset.client_id == IngestionClient.client_id,
-            Dataset.dataset_id == bindparam("dataset_id"),
-        ),
-    )
-    .where(IngestionClient.client_id == bindparam("client_id"))
-)
-
-
-def _target_row(connection: Connection, client_id: str, dataset_id: str) -> Any:
-    """The client's state and the named dataset's, in one query (None: no such client)."""
-    return connection.execute(
-        _TARGET, {"client_id": client_id, "dataset_id": dataset_id}
-    ).one_or_none()
-
-
 def _target(connection: Connection, caller: Principal, client_id: str, dataset_id: str) -> _Target:
     """The dataset a push names, in one query; 403 unless the token may use its client."""
     row = (
-        _target_row(connection, client_id, dataset_id) if caller.may_use_client(client_id) else None
+        repository.target(connection, client_id, dataset_id)
+        if caller.may_use_client(client_id)
+        else None
     )
     return _resolve(connection, caller, client_id, dataset_id, row)
 
@@ -172,7 +144,7 @@ def _target(connection: Connection, caller: Principal, client_id: str, dataset_i
 def _resolve(
     connection: Connection, caller: Principal, client_id: str, dataset_id: str, row: Any
 ) -> _Target:
-    """The target of a push from its `_target_row`: 403 for a client the token may not
+    """The target of a push from its `repository.target` row: 403 for a client the token may not
     use (or None), 404 for a dataset the client does not have."""
     if not caller.may_use_client(client_id):
         row = None
@@ -314,7 +286,7 @@ def _check(
 def _store(connection: Connection, pushes: list[_Checked]) -> None:
     """Write checked pushes: their transaction rows and the records of those accepted
     (`repository.store`: one statement on PostgreSQL)."""
-    store(
+    repository.store(
         connection,
         [push.transaction for push in pushes],
         [
@@ -414,21 +386,21 @@ def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | Domai
 
     Each push is resolved, normalised and validated as `push` does; one that is refused
     (403, 404, 422) gets its error or its rejected transaction and does not disturb the
-    others. The datasets are read once per (client, dataset) before the write, which is
-    one statement on PostgreSQL (`Database.atomic`). If the write fails, each push is
-    tried again on its own, so no push is refused for another's sake. A database that
-    cannot be reached raises.
+    others. The datasets are read once per (client, dataset) and the write is one
+    statement on PostgreSQL, each in autocommit (`Database.atomic`). If the write fails,
+    each push is tried again on its own, so no push is refused for another's sake. A
+    database that cannot be reached raises.
     """
     try:
         rows: dict[tuple[str, str], Any] = {}
         outcomes: list[Answer | DomainError] = []
         checked: list[_Checked] = []
-        with db.read_connection() as connection:
+        with db.atomic() as connection:
             for push in pushes:
                 pair = (push.client_id, push.dataset_id)
                 try:
                     if pair not in rows and push.caller.may_use_client(push.client_id):
-                        rows[pair] = _target_row(connection, *pair)
+                        rows[pair] = repository.target(connection, *pair)
                     target = _resolve(connection, push.caller, *pair, rows.get(pair))
                 except DomainError as refused:
                     outcomes.append(refused)
@@ -436,8 +408,7 @@ def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | Domai
                 one = _check(push.caller, *pair, push.records, target)
                 checked.append(one)
                 outcomes.append(one.answer)
-        if checked:
-            with db.atomic() as connection:
+            if checked:
                 _store(connection, checked)
         return outcomes
     except Exception as exc:
