@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,26 @@ def run_wrk(
         latency_p99_ms=number(r"^P99 (\d+)") / 1000,
         requests=int(number(r"(\d+) requests in")),
         non_2xx=int(bad.group(1)) if bad else 0,
+    )
+
+
+def combine(slices: list[WrkResult]) -> WrkResult:
+    """One result from runs of the same load (slices of one phase, measured between
+    slices of another): requests and errors summed, the rate over their summed time.
+
+    Percentiles cannot be merged exactly from wrk's summaries. p95 and p99 are the
+    highest slice's, an upper bound (if no slice has more than 1% of its requests above
+    x, neither has the whole); p50 is the median of the slices' medians.
+    """
+    requests = sum(s.requests for s in slices)
+    seconds = sum(s.requests / s.requests_per_second for s in slices if s.requests_per_second)
+    return WrkResult(
+        requests_per_second=requests / seconds if seconds else 0.0,
+        latency_p50_ms=statistics.median(s.latency_p50_ms for s in slices),
+        latency_p95_ms=max(s.latency_p95_ms for s in slices),
+        latency_p99_ms=max(s.latency_p99_ms for s in slices),
+        requests=requests,
+        non_2xx=sum(s.non_2xx for s in slices),
     )
 
 
