@@ -161,6 +161,7 @@ class Database:
     """One engine and its session factory, owned by the app or the CLI."""
 
     def __init__(self, settings: Settings) -> None:
+        self._connect_timeout = settings.db_connect_timeout_seconds
         self.engine = make_engine(settings)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Reads that change nothing have an engine of their own (see make_engine).
@@ -206,6 +207,24 @@ class Database:
         with self.engine.connect() as connection:
             connection.execution_options(isolation_level="AUTOCOMMIT")
             yield connection
+
+    async def connect_async(self) -> psycopg.AsyncConnection[Any]:
+        """A psycopg connection of its own for code on the event loop (PostgreSQL only;
+        the push groups' writers): autocommit, rows as named tuples. The caller closes
+        it. A failure to connect is raised as SQLAlchemy's, like the engine's."""
+        _args, params = self.engine.dialect.create_connect_args(self.engine.url)
+        params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
+        try:
+            return await psycopg.AsyncConnection.connect(
+                **params,
+                connect_timeout=self._connect_timeout,
+                autocommit=True,
+                row_factory=namedtuple_row,
+            )
+        except psycopg.OperationalError as exc:
+            raise DBAPIError.instance(
+                None, None, exc, psycopg.Error, connection_invalidated=True
+            ) from exc
 
     @contextmanager
     def exclusive(self, lock: int) -> Iterator[None]:

@@ -37,7 +37,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.limiter.close()
-        self.pushes.close()
+        await self.pushes.close()
         self.db.dispose()
 
 

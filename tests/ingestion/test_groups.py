@@ -8,16 +8,18 @@ import dataclasses
 import threading
 import uuid
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
+import psycopg
 import pytest
 import sqlalchemy.exc
 
 from headwater.db import Database
 from headwater.errors import DomainError
 from headwater.identity.tokens import Principal
-from headwater.ingestion import groups, service
+from headwater.ingestion import groups, repository, service
 from headwater.ingestion.schemas import PushResult
 from tests.ingestion.conftest import DataTenant, order
 
@@ -185,7 +187,8 @@ def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(service, "push_group", fake_group)
     monkeypatch.setattr(groups, "WRITERS", 1)
-    queue = groups.PushQueue(None)  # type: ignore[arg-type]
+    sqlite = SimpleNamespace(engine=SimpleNamespace(dialect=SimpleNamespace(name="sqlite")))
+    queue = groups.PushQueue(sqlite)  # type: ignore[arg-type]
     caller = Principal(
         subject="c",
         author_id=uuid.uuid4(),
@@ -208,5 +211,69 @@ def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatc
                 await asyncio.sleep(0)  # wind-down: its turns, its check, its end
 
     asyncio.run(waves())
-    queue.close()
+    asyncio.run(queue.close())
     assert sum(written) == sum(w % 7 + 1 for w in range(200))
+
+
+@pytest.fixture
+def pg_tenant(backend: str, data_tenant: DataTenant) -> DataTenant:
+    if backend != "postgresql":
+        pytest.skip("groups are written on the event loop on PostgreSQL only")
+    first = data_tenant.push([order(0)])  # compiles the schema in this process
+    assert first.status_code == 200, first.text
+    return data_tenant
+
+
+def test_on_postgresql_groups_are_written_on_the_event_loop(
+    pg_tenant: DataTenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once its schema is compiled, a group is read, checked and stored on the loop:
+    the thread path is not taken, and every push is stored as answered."""
+
+    def no_thread(*_args: Any) -> Any:
+        raise AssertionError("the thread path was taken")
+
+    monkeypatch.setattr(service, "push_group", no_thread)
+    answers = _concurrently([(lambda n=n: pg_tenant.push([order(n)])) for n in range(1, 13)])
+    assert [a.status_code for a in answers] == [200] * 12
+    refused = pg_tenant.push([order(99)], dataset_id="missing")
+    assert refused.status_code == 404
+    stored = pg_tenant.records(page_size=100)
+    assert sorted(r["data"]["order_id"] for r in stored) == sorted(f"A-{n}" for n in range(13))
+
+
+def test_a_group_whose_write_fails_on_the_loop_is_written_again_on_a_thread(
+    pg_tenant: DataTenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement that fails stores nothing; the group goes to `push_group`, which
+    stores each push once."""
+    calls: list[int] = []
+
+    async def failing(*_args: Any) -> None:
+        calls.append(1)
+        raise psycopg.errors.SerializationFailure("as if")
+
+    monkeypatch.setattr(repository, "store_async", failing)
+    answers = _concurrently([(lambda n=n: pg_tenant.push([order(n)])) for n in range(1, 7)])
+    assert [a.status_code for a in answers] == [200] * 6
+    assert calls, "the loop's write was tried first"
+    assert len(pg_tenant.records(page_size=100)) == 7
+    assert pg_tenant.transactions()["total_entries"] == 7
+
+
+def test_a_database_lost_under_a_group_on_the_loop_answers_503(
+    pg_tenant: DataTenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that breaks under a group's write: 503 (with Retry-After), and the
+    group is not tried again (whether the write committed is unknown)."""
+
+    async def lost(connection: psycopg.AsyncConnection[Any], *_args: Any) -> None:
+        await connection.close()  # as when the server goes away mid-statement
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(repository, "store_async", lost)
+    answer = pg_tenant.push([order(1)])
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["content-type"].startswith("application/problem+json")
+    assert "retry-after" in answer.headers
+    assert len(pg_tenant.records(page_size=100)) == 1  # the fixture's push only

@@ -80,8 +80,20 @@ def compiled(
             normaliser=normalise.compile_normaliser(schema, parsed.normalisation(coerce=coerce)),
         )
 
-    key = (dataset_pk, version, orjson.dumps(options, option=orjson.OPT_SORT_KEYS), coerce)
-    return _compiled.get_or_compute(key, build)
+    return _compiled.get_or_compute(_compiled_key(dataset_pk, version, options, coerce), build)
+
+
+def cached_compiled(
+    *, dataset_pk: uuid.UUID, version: int, options: dict[str, Any], coerce: bool | None
+) -> Compiled | None:
+    """`compiled`'s answer if this process has it already, else None (nothing is read)."""
+    return _compiled.get(_compiled_key(dataset_pk, version, options, coerce))
+
+
+def _compiled_key(
+    dataset_pk: uuid.UUID, version: int, options: dict[str, Any], coerce: bool | None
+) -> tuple[Any, ...]:
+    return (dataset_pk, version, orjson.dumps(options, option=orjson.OPT_SORT_KEYS), coerce)
 
 
 # --- reads ----------------------------------------------------------------------------------

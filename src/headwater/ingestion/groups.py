@@ -17,11 +17,15 @@ Idempotency-Key, and large ones, take the one-by-one path (`service.push`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import anyio.to_thread
+import psycopg
 
 from headwater.db import Database
+from headwater.errors import DomainError
 from headwater.identity.tokens import Principal
 from headwater.ingestion import service
 
@@ -43,12 +47,22 @@ class PushQueue:
         self._db = db
         self._waiting: list[tuple[service.SmallPush, asyncio.Future[service.Answer]]] = []
         self._writers: set[asyncio.Task[None]] = set()
-        # Groups are written on threads of their own: a handoff through a C queue, where
-        # anyio's shared pool takes a capacity token and a Python queue for each call.
+        # PostgreSQL: groups are written on the event loop, each writer on an asyncio
+        # connection of these (at most WRITERS; made when first needed).
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._closed = False
+        self._on_loop = db.engine.dialect.name == "postgresql"
+        # Groups the loop leaves (SQLite; a schema not compiled yet; a failed write) are
+        # written on threads of their own.
         self._threads = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="push-group")
 
-    def close(self) -> None:
-        """Let the groups in flight finish, then stop the writer threads."""
+    async def close(self) -> None:
+        """Let the groups in flight finish, then close the writers' connections and
+        stop their threads."""
+        self._closed = True
+        for connection in self._idle:
+            await connection.close()
+        self._idle.clear()
         self._threads.shutdown(wait=True)
 
     async def push(
@@ -89,6 +103,27 @@ class PushQueue:
             # for no one).
             self._writers.discard(asyncio.current_task())
 
+    async def _store(
+        self, pushes: list[service.SmallPush]
+    ) -> Sequence[service.Answer | DomainError]:
+        """The group's outcomes: written on the event loop where it can be (no thread
+        handoff, no wait for the GIL between its round trips), else on a thread."""
+        if self._on_loop:
+            connection = self._idle.pop() if self._idle else await self._db.connect_async()
+            try:
+                outcomes = await service.push_group_async(connection, pushes)
+            except BaseException:
+                await connection.close()
+                raise
+            if self._closed:  # a group that finished after shutdown began
+                await connection.close()
+            else:
+                self._idle.append(connection)
+            if outcomes is not None:
+                return outcomes
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, service.push_group, self._db, pushes)
+
     async def _write_group(self) -> None:
         """Write the pushes waiting now (up to MAX_GROUP) in one group and answer each."""
         group = self._waiting[:MAX_GROUP]
@@ -96,10 +131,7 @@ class PushQueue:
         pushes = [push for push, _ in group]
         outcomes: list[service.Answer | Exception]
         try:
-            loop = asyncio.get_running_loop()
-            outcomes = list(
-                await loop.run_in_executor(self._threads, service.push_group, self._db, pushes)
-            )
+            outcomes = list(await self._store(pushes))
         except Exception as exc:  # the database: every push of the group fails
             outcomes = [exc] * len(group)
         for (_, answer), outcome in zip(group, outcomes, strict=True):

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+import psycopg
 from sqlalchemy import (
     ColumnElement,
     Connection,
@@ -106,6 +107,16 @@ def target(connection: Connection, client_id: str, dataset_id: str) -> Any:
     return connection.execute(_TARGET, params).one_or_none()
 
 
+async def target_async(
+    connection: psycopg.AsyncConnection[Any], client_id: str, dataset_id: str
+) -> Any:
+    """`target` on an asyncio psycopg connection (PostgreSQL)."""
+    cursor = await connection.execute(
+        _TARGET_SQL, {"client_id": client_id, "dataset_id": dataset_id}
+    )
+    return await cursor.fetchone()
+
+
 @dataclass(frozen=True, slots=True)
 class RecordBatch:
     """Records of one transaction, to be stored together."""
@@ -169,21 +180,31 @@ def store(
         connection.execute(_INSERT_TRANSACTION, list(transactions))
         insert_batches(connection, batches)
         return
+    driver_execute(connection, _STORE, _store_params(transactions, batches))
+
+
+async def store_async(
+    connection: psycopg.AsyncConnection[Any],
+    transactions: Sequence[dict[str, Any]],
+    batches: Sequence[RecordBatch],
+) -> None:
+    """`store` on an asyncio psycopg connection (PostgreSQL): one statement, atomic by
+    itself; in autocommit, committed when it returns."""
+    await connection.execute(_STORE, _store_params(transactions, batches))
+
+
+def _store_params(
+    transactions: Sequence[dict[str, Any]], batches: Sequence[RecordBatch]
+) -> dict[str, str]:
     batches = [batch for batch in batches if batch.records]
-    driver_execute(
-        connection,
-        _STORE,
-        {
-            "transactions": orjson.dumps(transactions).decode(),
-            "counts": orjson.dumps(_counts(batches) if batches else []).decode(),
-            "records": orjson.dumps(
-                [record for batch in batches for record in batch.records]
-            ).decode(),
-            "owners": orjson.dumps(
-                [batch.transaction_id for batch in batches for _ in batch.records]
-            ).decode(),
-        },
-    )
+    return {
+        "transactions": orjson.dumps(transactions).decode(),
+        "counts": orjson.dumps(_counts(batches) if batches else []).decode(),
+        "records": orjson.dumps([record for batch in batches for record in batch.records]).decode(),
+        "owners": orjson.dumps(
+            [batch.transaction_id for batch in batches for _ in batch.records]
+        ).decode(),
+    }
 
 
 _TOTAL = select(func.coalesce(func.sum(_COUNTS.c.records), 0)).where(

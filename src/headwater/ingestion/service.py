@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
+import psycopg
 from sqlalchemy import (
     Connection,
     Select,
@@ -20,6 +21,7 @@ from sqlalchemy import (
     select,
     tuple_,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from headwater.db import Database, dialect_insert
@@ -144,18 +146,24 @@ def _target(connection: Connection, caller: Principal, client_id: str, dataset_i
 def _resolve(
     connection: Connection, caller: Principal, client_id: str, dataset_id: str, row: Any
 ) -> _Target:
-    """The target of a push from its `repository.target` row: 403 for a client the token may not
-    use (or None), 404 for a dataset the client does not have."""
+    """The target of a push from its `repository.target` row: 403 for a client the token
+    may not use (or None), 404 for a dataset the client does not have."""
+    row = _usable(caller, client_id, dataset_id, row)
+    compiled = datasets.compiled(
+        connection, dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+    )
+    return _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
+
+
+def _usable(caller: Principal, client_id: str, dataset_id: str, row: Any) -> Any:
+    """The `repository.target` row, once the caller may push to it (else 403 or 404)."""
     if not caller.may_use_client(client_id):
         row = None
     datasets.check_usable(caller, client_id, row)
     assert row is not None
     if row.id is None:
         raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.")
-    compiled = datasets.compiled(
-        connection, dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
-    )
-    return _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
+    return row
 
 
 def _replay(
@@ -286,22 +294,22 @@ def _check(
 def _store(connection: Connection, pushes: list[_Checked]) -> None:
     """Write checked pushes: their transaction rows and the records of those accepted
     (`repository.store`: one statement on PostgreSQL)."""
-    repository.store(
-        connection,
-        [push.transaction for push in pushes],
-        [
-            RecordBatch(
-                records=push.cleaned,
-                company_id=push.transaction["company_id"],
-                dataset_pk=push.transaction["dataset_pk"],
-                transaction_id=push.transaction["id"],
-                schema_version=push.transaction["schema_version"],
-                ingested_at=push.transaction["created_at"],
-            )
-            for push in pushes
-            if push.cleaned is not None
-        ],
-    )
+    repository.store(connection, [push.transaction for push in pushes], _batches(pushes))
+
+
+def _batches(pushes: list[_Checked]) -> list[RecordBatch]:
+    return [
+        RecordBatch(
+            records=push.cleaned,
+            company_id=push.transaction["company_id"],
+            dataset_pk=push.transaction["dataset_pk"],
+            transaction_id=push.transaction["id"],
+            schema_version=push.transaction["schema_version"],
+            ingested_at=push.transaction["created_at"],
+        )
+        for push in pushes
+        if push.cleaned is not None
+    ]
 
 
 def push(
@@ -415,6 +423,54 @@ def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | Domai
         if len(pushes) == 1 or is_unreachable(exc):
             raise
         return [push_group(db, [push])[0] for push in pushes]
+
+
+async def push_group_async(
+    connection: psycopg.AsyncConnection[Any], pushes: Sequence[SmallPush]
+) -> list[Answer | DomainError] | None:
+    """`push_group` on PostgreSQL, on the event loop: the same reads, checks and one
+    statement, through an asyncio psycopg connection in autocommit, without a thread.
+
+    None when the group is left to `push_group`: a schema version this process has not
+    compiled yet (compiling reads the schema), or a write that failed (nothing of it was
+    stored; `push_group` tries it again, each push on its own if need be). A connection
+    that broke raises SQLAlchemy's error, as `push_group` does (503).
+    """
+    try:
+        rows: dict[tuple[str, str], Any] = {}
+        outcomes: list[Answer | DomainError] = []
+        checked: list[_Checked] = []
+        for push in pushes:
+            pair = (push.client_id, push.dataset_id)
+            try:
+                if pair not in rows and push.caller.may_use_client(push.client_id):
+                    rows[pair] = await repository.target_async(connection, *pair)
+                row = _usable(push.caller, *pair, rows.get(pair))
+            except DomainError as refused:
+                outcomes.append(refused)
+                continue
+            compiled = datasets.cached_compiled(
+                dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+            )
+            if compiled is None:
+                return None
+            target = _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
+            one = _check(push.caller, *pair, push.records, target)
+            checked.append(one)
+            outcomes.append(one.answer)
+        if checked:
+            await repository.store_async(
+                connection, [push.transaction for push in checked], _batches(checked)
+            )
+        return outcomes
+    except psycopg.Error as exc:
+        if connection.broken or connection.closed:
+            # the database, not the statement; whether a write sent before the connection
+            # broke was committed is unknown, so it is not tried again
+            raise DBAPIError.instance(
+                None, None, exc, psycopg.Error, hide_parameters=True, connection_invalidated=True
+            ) from exc
+        return None
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:

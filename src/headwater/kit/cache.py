@@ -16,6 +16,14 @@ class LRU(Generic[V]):
         self._items: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
 
+    def get(self, key: Hashable) -> V | None:
+        """The cached value, or None (nothing is computed)."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        return None
+
     def get_or_compute(self, key: Hashable, compute: Callable[[], V]) -> V:
         with self._lock:
             if key in self._items:
