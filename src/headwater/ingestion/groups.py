@@ -4,7 +4,8 @@ A single-record push costs a database write of its own, most of it fixed cost. U
 concurrency, the pushes that arrive while one group is being written wait and go
 together in the next: one read per (client, dataset), then one write of all their
 transactions, counts and records (on PostgreSQL a single statement: two round trips a
-group, `service.push_group`). Before it takes a group, a
+group, made from the event loop, `service.push_group_async`; elsewhere, and when that
+leaves a group, on a thread, `service.push_group`). Before it takes a group, a
 writer lets the event loop turn a few times, so that requests already read from their
 sockets join it. Under light load a group is one push and waits microseconds; the
 heavier the load, the larger the groups.
