@@ -75,15 +75,19 @@ def driver_execute(connection: Connection, statement: str, params: Mapping[str, 
     except psycopg.Error as exc:
         if driver.closed:
             connection.invalidate()
-        raise DBAPIError.instance(
-            statement,
-            params,
-            exc,
-            psycopg.Error,
-            hide_parameters=True,  # records' contents stay out of logs
-            connection_invalidated=driver.closed,
-            dialect=connection.dialect,
-        ) from exc
+        raise as_sqlalchemy_error(exc, broken=driver.closed, statement=statement) from exc
+
+
+def as_sqlalchemy_error(
+    exc: psycopg.Error, *, broken: bool, statement: str | None = None
+) -> BaseException:
+    """psycopg's error as SQLAlchemy would have raised it (IntegrityError,
+    OperationalError, ...), for code that talks to psycopg itself: `is_unreachable` and
+    the 503 answer then see it as any other. `broken`: the connection is lost. Parameters
+    are never kept (records' contents stay out of logs)."""
+    return DBAPIError.instance(
+        statement, None, exc, psycopg.Error, hide_parameters=True, connection_invalidated=broken
+    )
 
 
 class Base(DeclarativeBase):
@@ -222,9 +226,7 @@ class Database:
                 row_factory=namedtuple_row,
             )
         except psycopg.OperationalError as exc:
-            raise DBAPIError.instance(
-                None, None, exc, psycopg.Error, connection_invalidated=True
-            ) from exc
+            raise as_sqlalchemy_error(exc, broken=True) from exc
 
     @contextmanager
     def exclusive(self, lock: int) -> Iterator[None]:

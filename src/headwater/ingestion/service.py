@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -21,10 +21,9 @@ from sqlalchemy import (
     select,
     tuple_,
 )
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from headwater.db import Database, dialect_insert
+from headwater.db import Database, as_sqlalchemy_error, dialect_insert
 from headwater.errors import DomainError, MalformedJSON, is_unreachable
 from headwater.identity.tokens import Principal
 from headwater.ingestion import datasets, repository, validation
@@ -400,22 +399,19 @@ def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | Domai
     database that cannot be reached raises.
     """
     try:
-        rows: dict[tuple[str, str], Any] = {}
-        outcomes: list[Answer | DomainError] = []
-        checked: list[_Checked] = []
         with db.atomic() as connection:
-            for push in pushes:
-                pair = (push.client_id, push.dataset_id)
-                try:
-                    if pair not in rows and push.caller.may_use_client(push.client_id):
-                        rows[pair] = repository.target(connection, *pair)
-                    target = _resolve(connection, push.caller, *pair, rows.get(pair))
-                except DomainError as refused:
-                    outcomes.append(refused)
-                    continue
-                one = _check(push.caller, *pair, push.records, target)
-                checked.append(one)
-                outcomes.append(one.answer)
+            rows = {pair: repository.target(connection, *pair) for pair in _pairs(pushes)}
+            outcomes, checked = _check_group(
+                pushes,
+                rows,
+                lambda row: datasets.compiled(
+                    connection,
+                    dataset_pk=row.id,
+                    version=row.schema_version,
+                    options=row.options,
+                    coerce=None,
+                ),
+            )
             if checked:
                 _store(connection, checked)
         return outcomes
@@ -437,40 +433,72 @@ async def push_group_async(
     that broke raises SQLAlchemy's error, as `push_group` does (503).
     """
     try:
-        rows: dict[tuple[str, str], Any] = {}
-        outcomes: list[Answer | DomainError] = []
-        checked: list[_Checked] = []
-        for push in pushes:
-            pair = (push.client_id, push.dataset_id)
-            try:
-                if pair not in rows and push.caller.may_use_client(push.client_id):
-                    rows[pair] = await repository.target_async(connection, *pair)
-                row = _usable(push.caller, *pair, rows.get(pair))
-            except DomainError as refused:
-                outcomes.append(refused)
-                continue
-            compiled = datasets.cached_compiled(
-                dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+        rows = {pair: await repository.target_async(connection, *pair) for pair in _pairs(pushes)}
+        try:
+            outcomes, checked = _check_group(
+                pushes,
+                rows,
+                lambda row: datasets.cached_compiled(
+                    dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+                ),
             )
-            if compiled is None:
-                return None
-            target = _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
-            one = _check(push.caller, *pair, push.records, target)
-            checked.append(one)
-            outcomes.append(one.answer)
+        except _NotCompiled:
+            return None
         if checked:
             await repository.store_async(
                 connection, [push.transaction for push in checked], _batches(checked)
             )
         return outcomes
     except psycopg.Error as exc:
-        if connection.broken or connection.closed:
+        broken = connection.broken or connection.closed
+        if broken:
             # the database, not the statement; whether a write sent before the connection
             # broke was committed is unknown, so it is not tried again
-            raise DBAPIError.instance(
-                None, None, exc, psycopg.Error, hide_parameters=True, connection_invalidated=True
-            ) from exc
+            raise as_sqlalchemy_error(exc, broken=broken) from exc
         return None
+
+
+def _pairs(pushes: Sequence[SmallPush]) -> list[tuple[str, str]]:
+    """The (client, dataset) pairs a group reads: once each, and only those some push's
+    token may use."""
+    return list(
+        dict.fromkeys(
+            (push.client_id, push.dataset_id)
+            for push in pushes
+            if push.caller.may_use_client(push.client_id)
+        )
+    )
+
+
+class _NotCompiled(Exception):
+    """A schema version the writer on the event loop cannot compile (it reads)."""
+
+
+def _check_group(
+    pushes: Sequence[SmallPush],
+    rows: dict[tuple[str, str], Any],
+    compile_for: Callable[[Any], datasets.Compiled | None],
+) -> tuple[list[Answer | DomainError], list[_Checked]]:
+    """Each push resolved from its pair's row (403, 404), then normalised and validated
+    with `compile_for(row)`; their outcomes in order, and the pushes to store. Raises
+    _NotCompiled where `compile_for` answers None."""
+    outcomes: list[Answer | DomainError] = []
+    checked: list[_Checked] = []
+    for push in pushes:
+        pair = (push.client_id, push.dataset_id)
+        try:
+            row = _usable(push.caller, *pair, rows.get(pair))
+        except DomainError as refused:
+            outcomes.append(refused)
+            continue
+        compiled = compile_for(row)
+        if compiled is None:
+            raise _NotCompiled
+        target = _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
+        one = _check(push.caller, *pair, push.records, target)
+        checked.append(one)
+        outcomes.append(one.answer)
+    return outcomes, checked
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:

@@ -25,10 +25,10 @@ class LRU(Generic[V]):
         return None
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], V]) -> V:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
+        """The cached value, else `compute()`'s, kept (values are never None)."""
+        found = self.get(key)
+        if found is not None:
+            return found
         value = compute()  # outside the lock: two threads may compute the same value once each
         with self._lock:
             self._items[key] = value
