@@ -27,14 +27,15 @@ from headwater.db import driver_execute
 from headwater.identity.models import IngestionClient
 from headwater.ingestion.models import Dataset, Record, RecordCount, Transaction
 
-# PostgreSQL: the batch travels as one JSON array (one orjson call) and the server makes
-# the rows and their ids; the client formats nothing per row.
+# PostgreSQL: the batch travels as one array of JSON texts in binary form, so the server
+# reads each record's JSON once (the cast to json) and makes the rows and their ids. As
+# one JSON array, it was read twice: by json's input function and by json_array_elements.
 _UNNEST = """
 INSERT INTO records
     (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
 SELECT gen_random_uuid(), %(company_id)s, %(dataset_pk)s, %(transaction_id)s,
-       %(schema_version)s, %(ingested_at)s, data
-FROM json_array_elements(%(data)s::json) WITH ORDINALITY AS batch(data, n)
+       %(schema_version)s, %(ingested_at)s, data::json
+FROM unnest(%(data)b::text[]) WITH ORDINALITY AS batch(data, n)
 ORDER BY n
 """
 _INSERT = insert(Record)
@@ -43,9 +44,9 @@ _INSERT_TRANSACTION = insert(Transaction)
 
 # PostgreSQL: transaction rows, the records of their batches and the record counts, in
 # one statement. One statement is atomic by itself, so it may run in autocommit: one
-# round trip, where BEGIN, four statements and COMMIT took six. Each document travels
-# as one JSON text (one orjson call); the records' other columns come from their
-# transaction's row, joined by the transaction id each record is listed with.
+# round trip, where BEGIN, four statements and COMMIT took six. The transactions and
+# counts travel as one JSON text each; the records as `_UNNEST`'s do, with the id of the
+# transaction each belongs to (a binary uuid[]), whose row gives their other columns.
 _STORE = """
 WITH new_transactions AS (
     INSERT INTO transactions
@@ -62,10 +63,9 @@ WITH new_transactions AS (
 INSERT INTO records
     (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
 SELECT gen_random_uuid(), t.company_id, t.dataset_pk, t.id, t.schema_version, t.created_at,
-       r.data
-FROM json_array_elements(%(records)s::json) WITH ORDINALITY AS r(data, n)
-JOIN json_array_elements_text(%(owners)s::json) WITH ORDINALITY AS o(id, n) USING (n)
-JOIN new_transactions AS t ON t.id = o.id::uuid
+       r.data::json
+FROM unnest(%(records)b::text[], %(owners)b::uuid[]) WITH ORDINALITY AS r(data, owner, n)
+JOIN new_transactions AS t ON t.id = r.owner
 ORDER BY r.n
 """
 
@@ -195,16 +195,18 @@ async def store_async(
 
 def _store_params(
     transactions: Sequence[dict[str, Any]], batches: Sequence[RecordBatch]
-) -> dict[str, str]:
+) -> dict[str, Any]:
     batches = [batch for batch in batches if batch.records]
     return {
         "transactions": orjson.dumps(transactions).decode(),
         "counts": orjson.dumps(_counts(batches) if batches else []).decode(),
-        "records": orjson.dumps([record for batch in batches for record in batch.records]).decode(),
-        "owners": orjson.dumps(
-            [batch.transaction_id for batch in batches for _ in batch.records]
-        ).decode(),
+        "records": [_json(record) for batch in batches for record in batch.records],
+        "owners": [batch.transaction_id for batch in batches for _ in batch.records],
     }
+
+
+def _json(record: dict[str, Any]) -> str:
+    return orjson.dumps(record).decode()
 
 
 _TOTAL = select(func.coalesce(func.sum(_COUNTS.c.records), 0)).where(
@@ -251,7 +253,7 @@ def insert_batches(connection: Connection, batches: Sequence[RecordBatch]) -> No
                     "transaction_id": batch.transaction_id,
                     "schema_version": batch.schema_version,
                     "ingested_at": batch.ingested_at,
-                    "data": orjson.dumps(batch.records).decode(),
+                    "data": [_json(record) for record in batch.records],
                 },
             )
         return
