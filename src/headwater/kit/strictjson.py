@@ -148,10 +148,8 @@ def loads(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         structure = structure.replace(b"\\", b"")
     # No deeper than it has brackets: most bodies are told apart by two counts.
     if structure.count(b"[") + structure.count(b"{") > max_depth:
-        if escaped_quote:  # the quotes do not alternate: only a walk can tell
-            nesting = depth(value, stop_after=max_depth)
-        else:
-            nesting = _bracket_depth(structure)
+        # with an escaped quote, the quotes do not alternate: only a walk can tell
+        nesting = depth(value, stop_after=max_depth) if escaped_quote else _bracket_depth(structure)
         if nesting > max_depth:
             raise StrictJSONError(f"nesting is deeper than {max_depth} levels")
     return value
