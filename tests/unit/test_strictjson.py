@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -134,3 +135,78 @@ def test_refuses_exactly_what_nests_deeper_than_the_limit(value: Any, limit: int
             loads(body, max_depth=limit)
     else:
         assert loads(body, max_depth=limit) == value
+
+
+def _typed(value: Any) -> str:
+    """`value` written with its types told apart (1 and 1.0, 0 and -0.0, member order)."""
+    return json.dumps(value)
+
+
+@given(json_values)
+def test_the_quick_path_answers_as_the_strict_parser(value: Any) -> None:
+    for body in (json.dumps(value).encode(), json.dumps(value, ensure_ascii=False).encode()):
+        quick = strictjson._quick(body, strictjson._structure(body))
+        if quick is not strictjson._UNSURE:
+            assert _typed(quick) == _typed(strictjson._strict(body, strictjson.MAX_DEPTH))
+
+
+def test_the_quick_path_takes_plain_records() -> None:
+    body = json.dumps(
+        {"id": "evt-1", "n": [1, 2.5, -0.0, None, True], "at": "2026-11-22T09:30:00Z", "é": "\n"}
+    ).encode()
+    assert strictjson._quick(body, strictjson._structure(body)) == json.loads(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a": 1, "a": 2}',
+        b'{"a": "x", "b": {"c": [1, {"d": 1, "d": 1}]}}',
+        # a duplicate whose lost quotes are made up by a kept value's decoded quotes
+        b'{"a": 1, "a": "\\u0022\\u0022"}',
+        b'{"a": "\\"", "a": 1}',
+        b"[18446744073709551616]",
+        b"[9223372036854775808]",
+        b"[-9223372036854775809]",
+        b"[1234567890123456789.5]",
+        b'["\\ud800"]',
+        b"[1e400]",
+        b"[NaN]",
+        b"\xef\xbb\xbf{}",
+        b'{"a": "\xff"}',
+        b'{"a": 1} x',
+    ],
+)
+def test_what_the_quick_path_cannot_vouch_for_goes_to_the_strict_parser(body: bytes) -> None:
+    assert strictjson._quick(body, strictjson._structure(body)) is strictjson._UNSURE
+    try:
+        expected: Any = strictjson._strict(body, strictjson.MAX_DEPTH)
+    except StrictJSONError as exc:
+        with pytest.raises(StrictJSONError, match=re.escape(exc.message)):
+            loads(body)
+    else:
+        assert _typed(loads(body)) == _typed(expected)
+
+
+@given(
+    st.lists(
+        st.tuples(st.text(alphabet='ab"\\', max_size=2), json_values | st.text(alphabet='"\\x')),
+        max_size=5,
+    ),
+    st.booleans(),
+)
+def test_refuses_every_duplicate_member(members: list[tuple[str, Any]], ascii_only: bool) -> None:
+    body = (
+        "{"
+        + ", ".join(
+            f"{json.dumps(k, ensure_ascii=ascii_only)}: {json.dumps(v, ensure_ascii=ascii_only)}"
+            for k, v in members
+        )
+        + "}"
+    ).encode()
+    names = [k for k, _ in members]
+    if len(set(names)) < len(names):
+        with pytest.raises(StrictJSONError, match="duplicate object member"):
+            loads(body)
+    else:
+        assert _typed(loads(body)) == _typed(dict(members))

@@ -42,6 +42,7 @@ _ABSENT: Any = object()
 _INTEGER = re.compile(r"[+-]?\d{1,20}")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _COERCED = ("integer", "number", "boolean")
+_SCALARS = frozenset({int, float, bool, type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +180,7 @@ class _Compiled:
     (a string, a number already of its type) take the fewest steps.
     """
 
-    __slots__ = ("coerce", "drop", "field_map", "root", "texts", "trim")
+    __slots__ = ("coerce", "drop", "field_map", "item_texts", "root", "texts", "trim")
 
     def __init__(self, root: _Object | None, options: Options) -> None:
         self.root = root
@@ -189,6 +190,8 @@ class _Compiled:
         self.field_map = dict(options.field_map)
         # per object shape, per field: what a text value becomes (CSV values are all text)
         self.texts: dict[int, dict[str, Callable[[str], Any]]] = {}
+        # per `items` rule: what a text item becomes
+        self.item_texts: dict[int, Callable[[str], Any]] = {}
         self._index(root)
 
     def _index(self, shape: _Object | None) -> None:
@@ -202,6 +205,7 @@ class _Compiled:
             self._index(rule.shape)
             item = rule.items
             while item is not None:
+                self.item_texts[id(item)] = _text_rule(item, trim=self.trim, coerce=self.coerce)
                 self._index(item.shape)
                 item = item.items
 
@@ -229,10 +233,14 @@ class _Compiled:
                 return self._object(value, rule.shape)
             return _trim(value) if self.trim else value
         if kind is list:
-            if rule.items is not None:
-                items = rule.items
-                values = (self._value(item, items) for item in value)
-                return [v for v in values if v is not _ABSENT]
+            items = rule.items
+            if items is not None:
+                text = self.item_texts[id(items)]
+                values = [
+                    text(item) if type(item) is str else self._value(item, items) for item in value
+                ]
+                # only coercion drops a value (an empty text)
+                return [v for v in values if v is not _ABSENT] if self.coerce else values
             return _trim(value) if self.trim else value
         if self.coerce and rule.types:
             return coerce_value(value, rule.types)
@@ -241,17 +249,23 @@ class _Compiled:
     def _object(self, obj: Mapping[str, Any], shape: _Object) -> dict[str, Any]:
         drop = self.drop and shape.closed
         trim = self.trim
+        as_is = not self.coerce  # numbers, booleans and null stay as they are
         fields = shape.fields
         texts = self.texts[id(shape)]
         out: dict[str, Any] = {}
         for name, value in obj.items():
-            if type(value) is str:
+            kind = type(value)
+            if kind is str:
                 text = texts.get(name)
                 if text is not None:
                     normalised = text(value)
                     if normalised is not _ABSENT:
                         out[name] = normalised
                     continue
+            elif as_is and kind in _SCALARS:
+                if not drop or name in fields:
+                    out[name] = value
+                continue
             rule = fields.get(name)
             if rule is None:
                 if not drop:
