@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+
 from starlette.testclient import TestClient
 
+from headwater.config import Settings
+from headwater.main import GC_YOUNG_THRESHOLD, create_app
 from tests.factories import auth
 
 
@@ -116,3 +120,15 @@ def test_docs_page_is_served_with_its_own_assets(client: TestClient) -> None:
     js = client.get("/docs/assets/swagger-ui-bundle.js")
     assert js.status_code == 200 and len(js.content) > 100_000
     assert client.get("/docs/assets/swagger-ui.css").status_code == 200
+
+
+def test_a_running_app_collects_young_objects_less_often_then_restores_the_default(
+    settings: Settings,
+) -> None:
+    before = gc.get_threshold()
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").status_code == 200
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
+        assert gc.get_freeze_count() > 0  # what start-up loaded is not walked
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
