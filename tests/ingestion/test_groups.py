@@ -121,6 +121,11 @@ def test_a_group_stores_each_transaction_as_its_answer_says(data_tenant: DataTen
             assert list(answer) == list(PushResult.model_fields)
             assert PushResult.model_validate(answer).model_dump(mode="json") == answer
             assert answer["received_at"] == row["created_at"]
+            # its records, in order, and only its own (written with several batches'
+            # records in one statement, each to its transaction)
+            stored = data_tenant.records(transaction_id=answer["transaction_id"])
+            assert [r["data"]["order_id"] for r in stored] == [r["order_id"] for r in batch]
+            assert {r["ingested_at"] for r in stored} == {row["created_at"]}
     assert len(data_tenant.records(page_size=100)) == 4
 
 

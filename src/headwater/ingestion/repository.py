@@ -30,14 +30,20 @@ from headwater.ingestion.models import Dataset, Record, RecordCount, Transaction
 # PostgreSQL: the batch travels as one array of JSON texts in binary form, so the server
 # reads each record's JSON once (the cast to json) and makes the rows and their ids. As
 # one JSON array, it was read twice: by json's input function and by json_array_elements.
-_UNNEST = """
+# The planner knows that WITH ORDINALITY numbers rows in order: no sort.
+_RECORDS_INTO = """
 INSERT INTO records
     (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
+"""
+_UNNEST = (
+    _RECORDS_INTO
+    + """
 SELECT gen_random_uuid(), %(company_id)s, %(dataset_pk)s, %(transaction_id)s,
        %(schema_version)s, %(ingested_at)s, data::json
 FROM unnest(%(data)b::text[]) WITH ORDINALITY AS batch(data, n)
 ORDER BY n
 """
+)
 _INSERT = insert(Record)
 _COUNTS = RecordCount.__table__
 _INSERT_TRANSACTION = insert(Transaction)
@@ -45,9 +51,10 @@ _INSERT_TRANSACTION = insert(Transaction)
 # PostgreSQL: transaction rows, the records of their batches and the record counts, in
 # one statement. One statement is atomic by itself, so it may run in autocommit: one
 # round trip, where BEGIN, four statements and COMMIT took six. The transactions and
-# counts travel as one JSON text each; the records as `_UNNEST`'s do, with the id of the
-# transaction each belongs to (a binary uuid[]), whose row gives their other columns.
-_STORE = """
+# counts travel as one JSON text each. The records of one batch are `_UNNEST`'s; those
+# of several come with the id of the transaction each belongs to (a binary uuid[]),
+# whose row gives their other columns (a join, and a sort to keep their order).
+_STORE_HEAD = """
 WITH new_transactions AS (
     INSERT INTO transactions
     SELECT * FROM json_populate_recordset(NULL::transactions, %(transactions)s::json)
@@ -60,14 +67,19 @@ WITH new_transactions AS (
     ON CONFLICT (dataset_pk, shard)
     DO UPDATE SET records = dataset_record_counts.records + excluded.records
 )
-INSERT INTO records
-    (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
+"""
+_STORE_ONE = _STORE_HEAD + _UNNEST
+_STORE = (
+    _STORE_HEAD
+    + _RECORDS_INTO
+    + """
 SELECT gen_random_uuid(), t.company_id, t.dataset_pk, t.id, t.schema_version, t.created_at,
        r.data::json
 FROM unnest(%(records)b::text[], %(owners)b::uuid[]) WITH ORDINALITY AS r(data, owner, n)
 JOIN new_transactions AS t ON t.id = r.owner
 ORDER BY r.n
 """
+)
 
 
 # The client a push names and its dataset, in one query: a row with the client's
@@ -180,7 +192,7 @@ def store(
         connection.execute(_INSERT_TRANSACTION, list(transactions))
         insert_batches(connection, batches)
         return
-    driver_execute(connection, _STORE, _store_params(transactions, batches))
+    driver_execute(connection, *_store_statement(transactions, batches))
 
 
 async def store_async(
@@ -190,18 +202,34 @@ async def store_async(
 ) -> None:
     """`store` on an asyncio psycopg connection (PostgreSQL): one statement, atomic by
     itself; in autocommit, committed when it returns."""
-    await connection.execute(_STORE, _store_params(transactions, batches))
+    await connection.execute(*_store_statement(transactions, batches))
 
 
-def _store_params(
+def _store_statement(
     transactions: Sequence[dict[str, Any]], batches: Sequence[RecordBatch]
-) -> dict[str, Any]:
+) -> tuple[str, dict[str, Any]]:
+    """`store`'s statement on PostgreSQL and its parameters."""
     batches = [batch for batch in batches if batch.records]
-    return {
+    params: dict[str, Any] = {
         "transactions": orjson.dumps(transactions).decode(),
         "counts": orjson.dumps(_counts(batches) if batches else []).decode(),
-        "records": [_json(record) for batch in batches for record in batch.records],
-        "owners": [batch.transaction_id for batch in batches for _ in batch.records],
+    }
+    if len(batches) == 1:
+        return _STORE_ONE, params | _batch_params(batches[0])
+    params["records"] = [_json(record) for batch in batches for record in batch.records]
+    params["owners"] = [batch.transaction_id for batch in batches for _ in batch.records]
+    return _STORE, params
+
+
+def _batch_params(batch: RecordBatch) -> dict[str, Any]:
+    """`_UNNEST`'s parameters for the batch."""
+    return {
+        "company_id": batch.company_id,
+        "dataset_pk": batch.dataset_pk,
+        "transaction_id": batch.transaction_id,
+        "schema_version": batch.schema_version,
+        "ingested_at": batch.ingested_at,
+        "data": [_json(record) for record in batch.records],
     }
 
 
@@ -245,17 +273,7 @@ def insert_batches(connection: Connection, batches: Sequence[RecordBatch]) -> No
     _add_to_counts(connection, batches)
     if connection.dialect.name == "postgresql":
         for batch in batches:
-            connection.exec_driver_sql(
-                _UNNEST,
-                {
-                    "company_id": batch.company_id,
-                    "dataset_pk": batch.dataset_pk,
-                    "transaction_id": batch.transaction_id,
-                    "schema_version": batch.schema_version,
-                    "ingested_at": batch.ingested_at,
-                    "data": [_json(record) for record in batch.records],
-                },
-            )
+            connection.exec_driver_sql(_UNNEST, _batch_params(batch))
         return
     connection.execute(
         _INSERT,
