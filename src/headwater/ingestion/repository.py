@@ -22,6 +22,7 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
 from headwater.db import driver_execute
 from headwater.identity.models import IngestionClient
@@ -102,12 +103,8 @@ _TARGET = (
     )
     .where(IngestionClient.client_id == bindparam("client_id"))
 )
-_TARGET_SQL = """
-SELECT c.company_id, c.revoked_at, d.id, d.schema_version, d.options
-FROM ingestion_clients AS c
-LEFT JOIN datasets AS d ON d.client_id = c.client_id AND d.dataset_id = %(dataset_id)s
-WHERE c.client_id = %(client_id)s
-"""
+# The same query as text for psycopg itself (PostgreSQL; `%(name)s` parameters).
+_TARGET_SQL = str(_TARGET.compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
 
 
 def target(connection: Connection, client_id: str, dataset_id: str) -> Any:
