@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -70,31 +73,55 @@ def serve(
     settings = get_settings()
     if settings.auto_migrate:  # once here, before the worker processes start
         migrations.upgrade(settings)
-    if workers > 1:
-        _multiprocess_metrics(settings.data_dir)
-    uvicorn.run(
-        "headwater.main:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        proxy_headers=False,
-    )
+    with _multiprocess_metrics(Path(settings.data_dir)) if workers > 1 else nullcontext():
+        uvicorn.run(
+            "headwater.main:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            proxy_headers=False,
+        )
 
 
-def _multiprocess_metrics(data_dir: object) -> None:
-    import shutil
-    from pathlib import Path
+@contextmanager
+def _multiprocess_metrics(data_dir: Path) -> Iterator[None]:
+    """A metrics directory for this instance's worker processes while it runs (unless
+    PROMETHEUS_MULTIPROC_DIR names one), removed when it stops.
 
-    # One directory per instance: instances sharing a data directory must neither mix
-    # their counts nor clear each other's files at start.
-    directory = Path(str(data_dir)) / "prometheus" / str(os.getpid())
+    One directory per instance: instances sharing a data directory must neither mix
+    their counts nor clear each other's files. Directories of instances that are gone
+    (killed before they could remove theirs) are removed at start.
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        yield
+        return
+    root = data_dir / "prometheus"
+    for stale in root.glob("*"):
+        if stale.name.isdigit() and not _running(int(stale.name)):
+            shutil.rmtree(stale, ignore_errors=True)
+    directory = root / str(os.getpid())
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(directory))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    try:
+        yield
+    finally:
+        del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 @app.command()

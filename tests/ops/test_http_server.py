@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.factories import run_cli
-from tests.http_server import running_server
+from tests.http_server import ServerProcess, running_server
 
 pytestmark = pytest.mark.http
 
@@ -245,3 +245,31 @@ def test_demo_prints_a_curl_sequence_that_works(tmp_path: Path) -> None:
     ]
     assert exported == ["A-1", "A-2", "F-1", "F-2", "C-1", "C-2"]
     assert "update" in client_done.stdout.split("C-2")[-1]  # the activity table
+
+
+def test_workers_share_metrics_in_a_directory_that_goes_when_the_server_stops(
+    tmp_path: Path,
+) -> None:
+    metrics = tmp_path / "prometheus"
+    dead = metrics / "999999999"  # an instance killed before it could remove its own
+    dead.mkdir(parents=True)
+    (dead / "counter_1.db").write_bytes(b"")
+    env = {"HEADWATER_DATA_DIR": str(tmp_path)}
+    server = ServerProcess(env, "--workers", "2", log=tmp_path / "server.log")
+    try:
+        base = server.start().url
+        assert server.process is not None
+        assert not dead.exists()
+        assert [p.name for p in metrics.iterdir()] == [str(server.process.pid)]
+        for _ in range(20):  # both workers answer; the counts add up across them
+            assert httpx.get(f"{base}/healthz").status_code == 200
+        text = httpx.get(f"{base}/metrics").text
+        line = next(
+            x
+            for x in text.splitlines()
+            if x.startswith("headwater_http_requests_total") and 'route="/healthz"' in x
+        )
+        assert float(line.rsplit(" ", 1)[1]) >= 20
+    finally:
+        server.stop()
+    assert list(metrics.iterdir()) == []
