@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -268,10 +269,69 @@ def test_the_text_fast_path_matches_the_general_one(
     schema = {"type": "object", "properties": {"f": field}}
     options = Options(trim_strings=trim, coerce_types=coerce)
     compiled = compile_normaliser(schema, options)
-    assert isinstance(compiled, normalise._Compiled)
+    assert isinstance(compiled, normalise.Normaliser)
     assert compiled.root is not None
     rule = compiled.root.fields["f"]
     general = compiled._value(value, rule)
     fast = normalise._text_rule(rule, trim=trim, coerce=coerce)(value)
     assert fast is general or fast == general
     assert type(fast) is type(general)
+
+
+# --- with_json: a record that normalising leaves as it is comes back as it is -------------
+
+PLAIN_SCHEMA = copy.deepcopy(SCHEMA)
+del PLAIN_SCHEMA["properties"]["channel"]["default"]
+JSON_TEXTS = st.text(max_size=12) | st.sampled_from(
+    ["a b", " a", "a ", "\u00a0a", "a\u3000", "é", "\t", 'say "hi"', "2026-11-22T09:00:00.000Z"]
+)
+plain_records = st.dictionaries(
+    st.sampled_from(["name", "note", "at", "tags", "address", "x-y", "z_z"]),
+    st.none()
+    | st.integers(-5, 5)
+    | JSON_TEXTS
+    | st.lists(JSON_TEXTS, max_size=3)
+    | st.fixed_dictionaries({}, optional={"street": JSON_TEXTS, "floor": st.integers(0, 9)}),
+    max_size=7,
+)
+
+
+@given(plain_records, options)
+def test_with_json_answers_as_the_normaliser(record: dict[str, Any], opts: Options) -> None:
+    normaliser = compile_normaliser(PLAIN_SCHEMA, opts)
+    before = copy.deepcopy(record)
+    cleaned, text = normaliser.with_json(record)
+    assert cleaned == normaliser(before)
+    assert record == before
+    if text is not None:
+        assert cleaned is record
+        assert orjson.loads(text) == record
+
+
+def test_with_json_takes_the_shortcut_only_when_nothing_would_change() -> None:
+    normaliser = compile_normaliser(PLAIN_SCHEMA, Options())
+    plain = {"name": "a b", "at": "2026-11-22T09:00:00.000Z", "address": {"street": "x"}}
+    cleaned, text = normaliser.with_json(plain)
+    assert cleaned is plain and text == orjson.dumps(plain).decode()
+    for changed in (
+        {"name": "a "},
+        {"address": {"street": " x"}},
+        {"tags": ["x\u00a0"]},
+        {"at": "2026-11-22T10:00:00+01:00"},
+        {"free": {"deep": "x\n"}},
+    ):
+        cleaned, text = normaliser.with_json(changed)
+        assert text is None and cleaned == normaliser(changed) != changed
+    # a date-time below the top level, a default, coercion: never the shortcut
+    nested_date = {
+        "type": "object",
+        "properties": {"o": {"type": "object", "properties": {"at": {"format": "date-time"}}}},
+    }
+    for schema, options in (
+        (nested_date, Options()),
+        (SCHEMA, Options()),
+        (PLAIN_SCHEMA, Options(coerce_types=True)),
+        (PLAIN_SCHEMA, Options(drop_unknown_fields=True)),
+        (PLAIN_SCHEMA, Options(field_map={"n": "name"})),
+    ):
+        assert compile_normaliser(schema, options).with_json({"name": "x"})[1] is None

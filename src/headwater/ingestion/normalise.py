@@ -33,10 +33,11 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import orjson
+
 from headwater.kit.strictjson import INT_MAX, INT_MIN
 
 Record = dict[str, Any]
-Normaliser = Callable[[Record], Record]
 
 _ABSENT: Any = object()
 _INTEGER = re.compile(r"[+-]?\d{1,20}")
@@ -173,14 +174,25 @@ _UTC_SECONDS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 _CANONICAL_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
-class _Compiled:
+class Normaliser:
     """One schema and options, read once; `__call__` normalises one record.
 
     One pass over each record: this runs for every record pushed, so the common cases
-    (a string, a number already of its type) take the fewest steps.
+    (a string, a number already of its type) take the fewest steps. `with_json` skips
+    even that for a record that normalising would leave as it is.
     """
 
-    __slots__ = ("coerce", "drop", "field_map", "item_texts", "root", "texts", "trim")
+    __slots__ = (
+        "coerce",
+        "dates",
+        "drop",
+        "field_map",
+        "item_texts",
+        "root",
+        "shortcut",
+        "texts",
+        "trim",
+    )
 
     def __init__(self, root: _Object | None, options: Options) -> None:
         self.root = root
@@ -193,6 +205,14 @@ class _Compiled:
         # per `items` rule: what a text item becomes
         self.item_texts: dict[int, Callable[[str], Any]] = {}
         self._index(root)
+        # `with_json`: a record can come back as it is when only trimming and top-level
+        # date-times could change it (no coercion, dropping, renaming or defaults)
+        self.dates = tuple(
+            name for name, rule in (root.fields.items() if root else ()) if rule.date_time
+        )
+        self.shortcut = not (self.coerce or self.drop or self.field_map) and _only_top_dates(
+            root, top=True
+        )
 
     def _index(self, shape: _Object | None) -> None:
         if shape is None or id(shape) in self.texts:
@@ -208,6 +228,32 @@ class _Compiled:
                 self.item_texts[id(item)] = _text_rule(item, trim=self.trim, coerce=self.coerce)
                 self._index(item.shape)
                 item = item.items
+
+    def with_json(self, record: Record) -> tuple[Record, str | None]:
+        """`self(record)`, and the record's JSON text when normalising leaves it as it is:
+        then the record itself comes back (not changed, and not copied either).
+
+        orjson writes no whitespace between tokens, so in its text a quote stands next to
+        a space only where a string starts or ends with one; ASCII without escapes rules
+        out every other whitespace that trimming removes. The top-level date-times must
+        already be UTC with milliseconds. The text is what storing the record needs.
+        """
+        if self.shortcut:
+            text = orjson.dumps(record)
+            if (
+                text.isascii()
+                and b"\\" not in text
+                and b'" ' not in text
+                and b' "' not in text
+                and all(self._canonical(record.get(name)) for name in self.dates)
+            ):
+                return record, text.decode()
+        return self(record), None
+
+    @staticmethod
+    def _canonical(value: Any) -> bool:
+        """True when normalising leaves this date-time field's value as it is."""
+        return type(value) is not str or _CANONICAL_UTC.fullmatch(value) is not None
 
     def __call__(self, record: Record) -> Record:
         if self.field_map:
@@ -280,12 +326,31 @@ class _Compiled:
         return out
 
 
+def _only_top_dates(shape: _Object | None, *, top: bool) -> bool:
+    """No defaults anywhere in `shape`, and date-time fields only at its top level."""
+    if shape is None:
+        return True
+    if shape.defaulted:
+        return False
+    for rule in shape.fields.values():
+        if rule.date_time and not top:
+            return False
+        if not _only_top_dates(rule.shape, top=False):
+            return False
+        item = rule.items
+        while item is not None:
+            if item.date_time or not _only_top_dates(item.shape, top=False):
+                return False
+            item = item.items
+    return True
+
+
 def _same(value: str) -> str:
     return value
 
 
 def _text_rule(rule: _Field, *, trim: bool, coerce: bool) -> Callable[[str], Any]:
-    """What `_Compiled._value` does to a text value of this field, as one function made
+    """What `Normaliser._value` does to a text value of this field, as one function made
     for the field's type: the same result, with fewer steps per value."""
     types, date_time = rule.types, rule.date_time
     coerced = coerce and bool(types) and "string" not in types
@@ -346,4 +411,4 @@ def _map_fields(record: Record, field_map: Mapping[str, str]) -> Record:
 
 def compile_normaliser(schema: Mapping[str, Any], options: Options) -> Normaliser:
     """A pure function normalising records for `schema` under `options`."""
-    return _Compiled(_compile_object(schema), options)
+    return Normaliser(_compile_object(schema), options)

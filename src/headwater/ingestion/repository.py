@@ -128,7 +128,8 @@ async def target_async(
 
 @dataclass(frozen=True, slots=True)
 class RecordBatch:
-    """Records of one transaction, to be stored together."""
+    """Records of one transaction, to be stored together; `texts` may give the JSON text
+    of some of them (None where it is not known)."""
 
     records: Sequence[dict[str, Any]]
     company_id: uuid.UUID
@@ -136,6 +137,16 @@ class RecordBatch:
     transaction_id: uuid.UUID
     schema_version: int
     ingested_at: datetime
+    texts: Sequence[str | None] | None = None
+
+    def json_texts(self) -> list[str]:
+        """Each record's JSON text, in order."""
+        if self.texts is None:
+            return [_json(record) for record in self.records]
+        return [
+            _json(record) if text is None else text
+            for record, text in zip(self.records, self.texts, strict=True)
+        ]
 
     @property
     def shard(self) -> int:
@@ -213,7 +224,7 @@ def _store_statement(
     }
     if len(batches) == 1:
         return _STORE_ONE, params | _batch_params(batches[0])
-    params["records"] = [_json(record) for batch in batches for record in batch.records]
+    params["records"] = [text for batch in batches for text in batch.json_texts()]
     params["owners"] = [batch.transaction_id for batch in batches for _ in batch.records]
     return _STORE, params
 
@@ -226,7 +237,7 @@ def _batch_params(batch: RecordBatch) -> dict[str, Any]:
         "transaction_id": batch.transaction_id,
         "schema_version": batch.schema_version,
         "ingested_at": batch.ingested_at,
-        "data": [_json(record) for record in batch.records],
+        "data": batch.json_texts(),
     }
 
 

@@ -229,10 +229,12 @@ def _claim(
 @dataclass(frozen=True, slots=True)
 class _Checked:
     """A push normalised and validated: its transaction row, the records to store (None
-    when refused) and the answer to send once they are committed."""
+    when refused) with the JSON texts known of them, and the answer to send once they
+    are committed."""
 
     transaction: dict[str, Any]
     cleaned: list[dict[str, Any]] | None
+    texts: list[str | None] | None
     answer: Answer
 
 
@@ -241,8 +243,9 @@ def _check(
 ) -> _Checked:
     """Normalise and validate the records (no database work)."""
     company_id = caller.actor.company_id
-    normalise = target.compiled.normaliser
-    cleaned = [normalise(record) for record in records]
+    # each record normalised, with its JSON text when normalising left it as it was
+    normalised = list(map(target.compiled.normaliser.with_json, records))
+    cleaned = [record for record, _ in normalised]
     error_count, errors = validation.batch_errors(target.compiled.validator, cleaned)
 
     transaction_id = uuid.uuid4()
@@ -286,7 +289,10 @@ def _check(
         answer = Answer(status=200, body=orjson.dumps(result))
 
     return _Checked(
-        transaction=transaction, cleaned=None if error_count else cleaned, answer=answer
+        transaction=transaction,
+        cleaned=None if error_count else cleaned,
+        texts=None if error_count else [text for _, text in normalised],
+        answer=answer,
     )
 
 
@@ -305,6 +311,7 @@ def _batches(pushes: list[_Checked]) -> list[RecordBatch]:
             transaction_id=push.transaction["id"],
             schema_version=push.transaction["schema_version"],
             ingested_at=push.transaction["created_at"],
+            texts=push.texts,
         )
         for push in pushes
         if push.cleaned is not None
