@@ -240,20 +240,14 @@ class Normaliser:
         """
         if self.shortcut:
             text = orjson.dumps(record)
-            if (
-                text.isascii()
-                and b"\\" not in text
-                and b'" ' not in text
-                and b' "' not in text
-                and all(self._canonical(record.get(name)) for name in self.dates)
-            ):
-                return record, text.decode()
+            if text.isascii() and b"\\" not in text and b'" ' not in text and b' "' not in text:
+                for name in self.dates:
+                    value = record.get(name)
+                    if type(value) is str and not _CANONICAL_UTC.fullmatch(value):
+                        break
+                else:
+                    return record, text.decode()
         return self(record), None
-
-    @staticmethod
-    def _canonical(value: Any) -> bool:
-        """True when normalising leaves this date-time field's value as it is."""
-        return type(value) is not str or _CANONICAL_UTC.fullmatch(value) is not None
 
     def __call__(self, record: Record) -> Record:
         if self.field_map:
