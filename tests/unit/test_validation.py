@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from headwater.ingestion.validation import (
+    DRAFT6,
     batch_errors,
+    compile_batch,
     compile_schema,
     errors_of,
     pointer,
@@ -96,3 +98,35 @@ def test_draft6_accepted(declared: str | None) -> None:
     if declared:
         schema["$schema"] = declared
     assert schema_problems(schema) == []
+
+
+good = {"a-b": 1, "c_d": {"x/y": "s"}, "when": "2026-11-22T09:30:00.000Z"}
+bad_cases = [
+    {"c_d": {"x/y": "s"}},  # required
+    {"a-b": "1"},  # type
+    {"a-b": 1, "when": "yesterday"},  # format
+    {"a-b": 1, "c_d": {"x/y": 5}},  # nested
+    {"a-b": 1, "extra": True},  # additionalProperties
+    7,  # not an object
+]
+
+
+@pytest.mark.parametrize("bad", bad_cases)
+def test_the_batch_validator_answers_as_the_record_validator(bad: Any) -> None:
+    validator, batch = compile_schema(SCHEMA), compile_batch({"$schema": DRAFT6, **SCHEMA})
+    assert batch is not None
+    assert batch.is_valid([good, good])
+    assert batch_errors(validator, [good, good], batch=batch) == (0, [])
+    records = [good, bad, good]
+    assert not batch.is_valid(records)
+    assert batch_errors(validator, records, batch=batch) == batch_errors(validator, records)
+    assert batch_errors(validator, records)[0] > 0
+
+
+def test_no_batch_validator_for_a_schema_with_references() -> None:
+    with_ref = {
+        "definitions": {"n": {"type": "integer"}},
+        "type": "object",
+        "properties": {"a": {"$ref": "#/definitions/n"}},
+    }
+    assert compile_batch(with_ref) is None

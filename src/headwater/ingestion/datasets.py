@@ -48,6 +48,7 @@ class Compiled:
     """What a push needs of one schema version under one set of options."""
 
     validator: validation.Validator
+    batch: validation.Validator | None  # `validation.compile_batch`'s
     normaliser: normalise.Normaliser
 
 
@@ -77,6 +78,7 @@ def compiled(
         parsed = DatasetOptions.model_validate(options)
         return Compiled(
             validator=validation.compile_schema(schema),
+            batch=validation.compile_batch(schema),
             normaliser=normalise.compile_normaliser(schema, parsed.normalisation(coerce=coerce)),
         )
 

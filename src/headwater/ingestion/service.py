@@ -246,7 +246,9 @@ def _check(
     # each record normalised, with its JSON text when normalising left it as it was
     normalised = list(map(target.compiled.normaliser.with_json, records))
     cleaned = [record for record, _ in normalised]
-    error_count, errors = validation.batch_errors(target.compiled.validator, cleaned)
+    error_count, errors = validation.batch_errors(
+        target.compiled.validator, cleaned, batch=target.compiled.batch
+    )
 
     transaction_id = uuid.uuid4()
     received_at = utcnow_ms()
