@@ -148,10 +148,17 @@ def _resolve(
     """The target of a push from its `repository.target` row: 403 for a client the token
     may not use (or None), 404 for a dataset the client does not have."""
     row = _usable(caller, client_id, dataset_id, row)
-    compiled = datasets.compiled(
+    return _Target(
+        dataset_pk=row.id, version=row.schema_version, compiled=_compiled(connection, row)
+    )
+
+
+def _compiled(connection: Connection, row: Any) -> datasets.Compiled:
+    """The validator and normaliser of a `repository.target` row's dataset (compiled, and
+    its schema read, the first time)."""
+    return datasets.compiled(
         connection, dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
     )
-    return _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
 
 
 def _usable(caller: Principal, client_id: str, dataset_id: str, row: Any) -> Any:
@@ -410,17 +417,7 @@ def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | Domai
     try:
         with db.atomic() as connection:
             rows = {pair: repository.target(connection, *pair) for pair in _pairs(pushes)}
-            outcomes, checked = _check_group(
-                pushes,
-                rows,
-                lambda row: datasets.compiled(
-                    connection,
-                    dataset_pk=row.id,
-                    version=row.schema_version,
-                    options=row.options,
-                    coerce=None,
-                ),
-            )
+            outcomes, checked = _check_group(pushes, rows, lambda row: _compiled(connection, row))
             if checked:
                 _store(connection, checked)
         return outcomes
