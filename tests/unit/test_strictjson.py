@@ -137,6 +137,14 @@ def test_refuses_exactly_what_nests_deeper_than_the_limit(value: Any, limit: int
         assert loads(body, max_depth=limit) == value
 
 
+def _quick(body: bytes) -> Any:
+    """The quick path as `loads` takes it: a body with an escaped quote goes straight to
+    the strict parser."""
+    if b'\\"' in body:
+        return strictjson._UNSURE
+    return strictjson._quick(body, strictjson._structure(body))
+
+
 def _typed(value: Any) -> str:
     """`value` written with its types told apart (1 and 1.0, 0 and -0.0, member order)."""
     return json.dumps(value)
@@ -145,7 +153,7 @@ def _typed(value: Any) -> str:
 @given(json_values)
 def test_the_quick_path_answers_as_the_strict_parser(value: Any) -> None:
     for body in (json.dumps(value).encode(), json.dumps(value, ensure_ascii=False).encode()):
-        quick = strictjson._quick(body, strictjson._structure(body))
+        quick = _quick(body)
         if quick is not strictjson._UNSURE:
             assert _typed(quick) == _typed(strictjson._strict(body, strictjson.MAX_DEPTH))
 
@@ -154,7 +162,7 @@ def test_the_quick_path_takes_plain_records() -> None:
     body = json.dumps(
         {"id": "evt-1", "n": [1, 2.5, -0.0, None, True], "at": "2026-11-22T09:30:00Z", "é": "\n"}
     ).encode()
-    assert strictjson._quick(body, strictjson._structure(body)) == json.loads(body)
+    assert _quick(body) == json.loads(body)
 
 
 @pytest.mark.parametrize(
@@ -178,7 +186,7 @@ def test_the_quick_path_takes_plain_records() -> None:
     ],
 )
 def test_what_the_quick_path_cannot_vouch_for_goes_to_the_strict_parser(body: bytes) -> None:
-    assert strictjson._quick(body, strictjson._structure(body)) is strictjson._UNSURE
+    assert _quick(body) is strictjson._UNSURE
     try:
         expected: Any = strictjson._strict(body, strictjson.MAX_DEPTH)
     except StrictJSONError as exc:

@@ -131,12 +131,12 @@ def loads(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     (`_quick`). Otherwise the strict parser decides, and says what is wrong.
     """
     structure = _structure(body)
-    value = _quick(body, structure)
+    escapes = b"\\" in structure
+    escaped_quote = escapes and b'\\"' in body
+    value = _UNSURE if escaped_quote else _quick(body, structure)
     if value is _UNSURE:
         value = _strict(body, max_depth)
-    escaped_quote = False
-    if b"\\" in structure:
-        escaped_quote = b'\\"' in body
+    if escapes:
         structure = structure.replace(b"\\", b"")
     # No deeper than it has brackets: most bodies are told apart by two counts.
     if structure.count(b"[") + structure.count(b"{") > max_depth:
@@ -148,17 +148,18 @@ def loads(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def _quick(body: bytes, structure: bytes) -> Any:
-    """orjson's value of `body` when it is the strict parser's, else `_UNSURE`.
+    """orjson's value of `body`, which holds no escaped quote (`loads` leaves those to the
+    strict parser), when it is the strict parser's; else `_UNSURE`.
 
     orjson refuses what strict JSON refuses (invalid UTF-8, a BOM, NaN and Infinity,
     numbers that overflow a double, lone surrogates), except for two things it accepts:
     integers beyond 64 bits (it makes them floats) and duplicate members (the last
-    wins). A body is left to the strict parser when it has a run of 19 digits anywhere,
-    or an escaped quote. Without escaped quotes, every quote of the body and of orjson's
-    own writing of the value delimits a string, and a member dropped as a duplicate takes
-    at least its name's string away: equal quote counts mean none was.
+    wins). A body is left to the strict parser when it has a run of 19 digits anywhere.
+    Without escaped quotes, every quote of the body and of orjson's own writing of the
+    value delimits a string, and a member dropped as a duplicate takes at least its
+    name's string away: equal quote counts mean none was.
     """
-    if (b"\\" in structure and b'\\"' in body) or _LONG_DIGITS in body.translate(_DIGIT_MAP):
+    if _LONG_DIGITS in body.translate(_DIGIT_MAP):
         return _UNSURE
     try:
         value = orjson.loads(body)
