@@ -79,6 +79,7 @@ def base_settings(database_url: str | None, data_root: Path, backend: str) -> di
         "public_url": "http://testserver",
         "rate_limit_per_second": 100_000,
         "rate_limit_burst": 100_000,
+        "token_failures_per_minute": 100_000,
         "worker_enabled": False,
         "log_level": "WARNING",
     }

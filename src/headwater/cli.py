@@ -5,33 +5,43 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from headwater import migrations
-from headwater.activity import service as activity
-from headwater.config import get_settings
-from headwater.db import Database
-from headwater.errors import DomainError
-from headwater.identity import service as identity
-from headwater.kit.actor import Actor
+if TYPE_CHECKING:
+    from headwater.config import Settings
+    from headwater.db import Database
+
+# Heavy modules (SQLAlchemy, Alembic, the services) are imported by the commands that need
+# them, so that `headwater --help` and a single command start quickly.
+
+
+# Plain help (click's): argument names in capitals, no type placeholders, and no rich
+# rendering to import before a command can start.
+def _group(help_text: str) -> typer.Typer:
+    return typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None)
+
 
 app = typer.Typer(
-    help="Headwater data platform.", no_args_is_help=True, pretty_exceptions_enable=False
+    help="Headwater data platform: the API server, its worker, and the operator's commands.",
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-companies_app = typer.Typer(help="Companies (customer organisations).", no_args_is_help=True)
-clients_app = typer.Typer(help="Ingestion clients.", no_args_is_help=True)
-credentials_app = typer.Typer(help="API credentials.", no_args_is_help=True)
-keys_app = typer.Typer(help="Token signing keys.", no_args_is_help=True)
-activity_app = typer.Typer(help="The activity log's hash chains.", no_args_is_help=True)
-datasets_app = typer.Typer(help="Dataset schemas (draft-06) and options.", no_args_is_help=True)
+db_app = _group("Database schema.")
+companies_app = _group("Companies (customer organisations).")
+clients_app = _group("Ingestion clients.")
+credentials_app = _group("API credentials.")
+keys_app = _group("Token signing keys.")
+activity_app = _group("The activity log's hash chains.")
+datasets_app = _group("Dataset schemas (draft-06) and options.")
 app.add_typer(db_app, name="db")
 app.add_typer(companies_app, name="companies")
 app.add_typer(clients_app, name="clients")
@@ -47,30 +57,75 @@ CLI_OPERATOR = uuid.uuid5(uuid.NAMESPACE_URL, "urn:headwater:cli-operator")
 
 out = Console()
 
+# Arguments and options used by several commands: a name in capitals and a help text each.
+CompanyId = Annotated[
+    uuid.UUID, typer.Argument(metavar="COMPANY_ID", help="The company's id (uuid).")
+]
+ClientId = Annotated[
+    str, typer.Argument(metavar="CLIENT_ID", help="The ingestion client's id, e.g. acme-crm.")
+]
+DatasetId = Annotated[
+    str, typer.Argument(metavar="DATASET_ID", help="The dataset's id, e.g. orders.")
+]
+CompanyOption = Annotated[
+    uuid.UUID | None,
+    typer.Option(metavar="COMPANY_ID", help="Only this company (default: every company)."),
+]
+Host = Annotated[str, typer.Option(metavar="HOST", help="Interface to listen on.")]
+Port = Annotated[int, typer.Option(metavar="PORT", help="TCP port.")]
+
 
 def _print(data: object) -> None:
     out.print_json(json.dumps(data, default=str))
 
 
+def get_settings() -> Settings:
+    """The settings (read from the environment the first time)."""
+    from headwater.config import get_settings as settings
+
+    return settings()
+
+
+def _fresh_settings() -> Settings:
+    """The settings read again, after this process changed its environment."""
+    from headwater.config import get_settings as settings
+
+    settings.cache_clear()
+    return settings()
+
+
 def _database() -> Database:
+    from headwater import migrations
+    from headwater.db import Database
+
     settings = get_settings()
-    migrations.upgrade(settings)
-    return Database(settings)
+    database = Database(settings)
+    if not migrations.is_current(database.engine):
+        migrations.upgrade(settings)
+    return database
 
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    workers: Annotated[int, typer.Option(help="API processes (production: one per core).")] = 1,
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    workers: Annotated[
+        int, typer.Option(metavar="N", help="API processes (production: one per core).")
+    ] = 1,
 ) -> None:
     """Run the API, the embedded identity provider and the background worker."""
     import uvicorn
 
+    from headwater import migrations
+
     # Child processes read settings from the environment, so the address goes there.
     os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
-    get_settings.cache_clear()
-    settings = get_settings()
+    from headwater.ops.logs import configure_logging
+
+    settings = _fresh_settings()
+    # uvicorn's supervisor logs here (a worker that died or did not report healthy): with
+    # logging unconfigured in this process, those lines went nowhere
+    configure_logging(level=settings.log_level, json=settings.log_json)
     if settings.auto_migrate:  # once here, before the worker processes start
         migrations.upgrade(settings)
     with _multiprocess_metrics(Path(settings.data_dir)) if workers > 1 else nullcontext():
@@ -84,6 +139,11 @@ def serve(
             access_log=False,
             server_header=False,
             proxy_headers=False,
+            http="headwater.ops.protocol:GuardedHttpToolsProtocol",
+            timeout_graceful_shutdown=max(1, int(settings.shutdown_timeout_seconds) - 5),
+            # a worker imports the app before it reports healthy: on a loaded machine
+            # that takes longer than uvicorn's 5 s default, and it was killed each time
+            timeout_worker_healthcheck=60,
         )
 
 
@@ -126,19 +186,27 @@ def _running(pid: int) -> bool:
 
 @app.command()
 def demo(
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
 ) -> None:
     """Seed a demo company, client and credentials, print how to call the API, and serve."""
     from headwater import demo as demo_data
 
     os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
-    get_settings.cache_clear()
-    settings = get_settings()
+    settings = _fresh_settings()
     with _database().session() as session:
         data = demo_data.seed(session)
+    data_dir = Path(settings.data_dir).resolve()
+    env_file = data_dir / "demo.env"
+    env_file.touch(mode=0o600)
+    env_file.chmod(0o600)  # it holds the demo's secrets
+    env_file.write_text(
+        demo_data.environment(
+            data, base_url=settings.public_url, audience=settings.audience, data_dir=data_dir
+        )
+    )
     out.print(
-        demo_data.instructions(data, base_url=settings.public_url, audience=settings.audience),
+        demo_data.instructions(data, base_url=settings.public_url, env_file=env_file),
         highlight=False,
         soft_wrap=True,
     )
@@ -159,35 +227,58 @@ def run_worker() -> None:
 
     async def run() -> None:
         stop = asyncio.Event()
-        await asyncio.gather(
-            worker.run_forever(runtime, stop),
-            *(
-                worker.run_files_forever(runtime, stop, slot)
-                for slot in range(max(1, settings.file_workers))
-            ),
-        )
+        # SIGTERM (and Ctrl-C): stop taking work; file jobs in progress are handed back
+        loop = asyncio.get_running_loop()
+        for stopping in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(stopping, stop.set)
+        tasks = worker.start_jobs(runtime, stop, file_workers=max(1, settings.file_workers))
+        await stop.wait()
+        await worker.stop_jobs(runtime, stop, tasks)
+        await runtime.close()
 
     asyncio.run(run())
 
 
 @db_app.command("upgrade")
-def db_upgrade(revision: str = "head") -> None:
+def db_upgrade(
+    revision: Annotated[
+        str, typer.Argument(metavar="REVISION", help="A migration's revision id (default: head).")
+    ] = "head",
+) -> None:
     """Apply migrations up to REVISION (default: the newest)."""
+    from headwater import migrations
+
     migrations.upgrade(get_settings(), revision)
     out.print(f"database at {revision}")
 
 
 @companies_app.command("create")
-def companies_create(name: str) -> None:
+def companies_create(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The company's name.")],
+) -> None:
     """Register a company; prints it with its id."""
+    from headwater.identity import service as identity
+
     with _database().session() as session:
         company = identity.create_company(session, name=name)
         _print({"id": company.id, "name": company.name, "created_at": company.created_at})
 
 
 @clients_app.command("create")
-def clients_create(company_id: uuid.UUID, client_id: str, name: str) -> None:
+def clients_create(
+    company_id: CompanyId,
+    client_id: Annotated[
+        str,
+        typer.Argument(
+            metavar="CLIENT_ID",
+            help="The new client's id: 1-64 of A-Z a-z 0-9 _ . - (e.g. acme-crm).",
+        ),
+    ],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A name for people.")],
+) -> None:
     """Register an ingestion client for a company."""
+    from headwater.identity import service as identity
+
     with _database().session() as session:
         client = identity.create_client(
             session, company_id=company_id, client_id=client_id, name=name
@@ -204,12 +295,32 @@ def clients_create(company_id: uuid.UUID, client_id: str, name: str) -> None:
 
 @credentials_app.command("create")
 def credentials_create(
-    name: str,
-    scopes: Annotated[list[str], typer.Option("--scope", help="Repeat for each scope.")],
-    company_id: Annotated[uuid.UUID | None, typer.Option(help="Omit for an operator.")] = None,
-    client_ids: Annotated[list[str] | None, typer.Option("--client-id")] = None,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="What the credential is for.")],
+    scopes: Annotated[
+        list[str],
+        typer.Option(
+            "--scope",
+            metavar="SCOPE",
+            help="A scope it may ask for (data:write, data:read, workflows:read, "
+            "workflows:write, activities:read; admin for operators); repeat for each.",
+        ),
+    ],
+    company_id: Annotated[
+        uuid.UUID | None,
+        typer.Option(metavar="COMPANY_ID", help="Its company; omit for an operator credential."),
+    ] = None,
+    client_ids: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--client-id",
+            metavar="CLIENT_ID",
+            help="An ingestion client it may use; repeat for each (none: all of its company's).",
+        ),
+    ] = None,
 ) -> None:
     """Issue an API credential. The secret is printed once and never again."""
+    from headwater.identity import service as identity
+
     with _database().session() as session:
         issued = identity.create_credential(
             session, company_id=company_id, name=name, scopes=scopes, client_ids=client_ids or []
@@ -229,8 +340,14 @@ def credentials_create(
 
 
 @credentials_app.command("revoke")
-def credentials_revoke(client_id: str) -> None:
+def credentials_revoke(
+    client_id: Annotated[
+        str, typer.Argument(metavar="CLIENT_ID", help="The credential's client id (hw_...).")
+    ],
+) -> None:
     """Revoke a credential: it gets no new token."""
+    from headwater.identity import service as identity
+
     with _database().session() as session:
         identity.revoke_credential(session, client_id)
     out.print(f"revoked {client_id}")
@@ -239,6 +356,8 @@ def credentials_revoke(client_id: str) -> None:
 @keys_app.command("rotate")
 def keys_rotate() -> None:
     """Add a new signing key; tokens signed by older keys keep verifying until removed."""
+    from headwater.identity import service as identity
+
     settings = get_settings()
     with _database().session() as session:
         key = identity.rotate_signing_key(session, passphrase=settings.signing_key_passphrase)
@@ -248,6 +367,8 @@ def keys_rotate() -> None:
 @keys_app.command("list")
 def keys_list() -> None:
     """Every key that verifies tokens, newest (the signing key) first."""
+    from headwater.identity import service as identity
+
     with _database().session() as session:
         _print(
             [
@@ -258,8 +379,18 @@ def keys_list() -> None:
 
 
 @keys_app.command("remove")
-def keys_remove(kid: str) -> None:
+def keys_remove(
+    kid: Annotated[
+        str,
+        typer.Argument(
+            help="The key's id, from `keys list`. An id can start with '-': "
+            "then write `--` before it (headwater keys remove -- -sEoB...)."
+        ),
+    ],
+) -> None:
     """Remove an old key: tokens it signed stop verifying."""
+    from headwater.identity import service as identity
+
     with _database().session() as session:
         identity.remove_signing_key(session, kid)
     out.print(f"removed {kid}")
@@ -267,13 +398,20 @@ def keys_remove(kid: str) -> None:
 
 @app.command("import")
 def import_file(
-    file: Annotated[Path, typer.Argument(help="YAML or JSON: categories, templates, workflows.")],
-    company_id: Annotated[uuid.UUID, typer.Option(help="The company to import into.")],
-    author_id: Annotated[uuid.UUID, typer.Option(help="Author written on the changes.")] = (
-        IMPORT_AUTHOR
-    ),
+    file: Annotated[
+        Path,
+        typer.Argument(metavar="FILE", help="YAML or JSON: categories, templates, workflows."),
+    ],
+    company_id: Annotated[
+        uuid.UUID, typer.Option(metavar="COMPANY_ID", help="The company to import into.")
+    ],
+    author_id: Annotated[
+        uuid.UUID, typer.Option(metavar="UUID", help="Author written on the changes.")
+    ] = (IMPORT_AUTHOR),
 ) -> None:
     """Load categories, templates and workflows for a company, all or nothing."""
+    from headwater.identity import service as identity
+    from headwater.kit.actor import Actor
     from headwater.workflows import importer
 
     document = importer.read(file)
@@ -287,9 +425,11 @@ def import_file(
 
 @activity_app.command("checkpoint")
 def activity_checkpoint(
-    company_id: Annotated[uuid.UUID | None, typer.Option(help="One company; default all.")] = None,
+    company_id: CompanyOption = None,
 ) -> None:
     """Print each company's chain head (count, hash): keep it outside the database."""
+    from headwater.activity import service as activity
+
     with _database().session() as session:
         heads = activity.checkpoints(session, company_id=company_id)
         _print([{"company_id": h.company_id, "count": h.count, "hash": h.hash} for h in heads])
@@ -297,13 +437,15 @@ def activity_checkpoint(
 
 @activity_app.command("verify")
 def activity_verify(
-    checkpoint: Annotated[Path | None, typer.Option(help="Output of `activity checkpoint`.")] = (
-        None
-    ),
-    company_id: Annotated[uuid.UUID | None, typer.Option(help="One company; default all.")] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="A file written by `activity checkpoint`."),
+    ] = (None),
+    company_id: CompanyOption = None,
 ) -> None:
     """Check the chains (those of the checkpoint, when given, against it); exit 1 on a break."""
     from headwater.activity import chain
+    from headwater.activity import service as activity
 
     expected: dict[uuid.UUID, chain.Head] = {}
     if checkpoint is not None:
@@ -341,15 +483,18 @@ def _json_file(path: Path) -> dict[str, object]:
     return value
 
 
-SchemaFile = Annotated[Path, typer.Argument(help="A JSON file holding the draft-06 schema.")]
+SchemaFile = Annotated[
+    Path, typer.Argument(metavar="SCHEMA_FILE", help="A JSON file holding the draft-06 schema.")
+]
 OptionsFile = Annotated[
-    Path | None, typer.Option("--options", help="A JSON file holding the dataset's options.")
+    Path | None,
+    typer.Option("--options", metavar="FILE", help="A JSON file holding the dataset's options."),
 ]
 
 
 @datasets_app.command("register")
 def datasets_register(
-    client_id: str, dataset_id: str, schema: SchemaFile, options: OptionsFile = None
+    client_id: ClientId, dataset_id: DatasetId, schema: SchemaFile, options: OptionsFile = None
 ) -> None:
     """Register a dataset for an ingestion client with its first schema version."""
     from headwater.ingestion import datasets
@@ -364,12 +509,13 @@ def datasets_register(
             dataset_id=dataset_id,
             schema=_json_file(schema),
             options=parsed,
+            max_schema_bytes=get_settings().max_schema_bytes,
         )
         _print(view.model_dump(mode="json"))
 
 
 @datasets_app.command("add-version")
-def datasets_add_version(client_id: str, dataset_id: str, schema: SchemaFile) -> None:
+def datasets_add_version(client_id: ClientId, dataset_id: DatasetId, schema: SchemaFile) -> None:
     """Add a schema version (checked for compatibility as the dataset's options say)."""
     from headwater.ingestion import datasets
 
@@ -380,15 +526,18 @@ def datasets_add_version(client_id: str, dataset_id: str, schema: SchemaFile) ->
             client_id=client_id,
             dataset_id=dataset_id,
             schema=_json_file(schema),
+            max_schema_bytes=get_settings().max_schema_bytes,
         )
         _print(view.model_dump(mode="json"))
 
 
 @datasets_app.command("show")
 def datasets_show(
-    client_id: str,
-    dataset_id: str,
-    version: Annotated[int | None, typer.Option(help="Print this schema version.")] = None,
+    client_id: ClientId,
+    dataset_id: DatasetId,
+    version: Annotated[
+        int | None, typer.Option(metavar="N", help="Print this schema version (default: all).")
+    ] = None,
 ) -> None:
     """Print a dataset (current schema, versions, options), or one schema version."""
     from headwater.ingestion import datasets
@@ -408,7 +557,11 @@ def main() -> None:
     """Entry point: domain errors become one line on stderr and exit status 1."""
     try:
         app()
-    except DomainError as exc:
+    except Exception as exc:
+        from headwater.errors import DomainError
+
+        if not isinstance(exc, DomainError):
+            raise
         Console(stderr=True).print(f"[red]error:[/red] {exc.detail}")
         raise SystemExit(1) from None
 

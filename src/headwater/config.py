@@ -48,13 +48,19 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(5 * 1024 * 1024, gt=0)
     max_batch_records: int = Field(1000, gt=0)
     max_json_depth: int = Field(32, ge=2, le=512)
+    max_schema_bytes: int = Field(524288, gt=0)
+    http_header_timeout_seconds: float = Field(10.0, gt=0)
+    shutdown_timeout_seconds: float = Field(30.0, gt=0)
     idempotency_ttl_seconds: int = Field(86400, gt=0)
     rate_limit_per_second: float = Field(100.0, gt=0)
     rate_limit_burst: int = Field(200, gt=0)
+    token_failures_per_minute: int = Field(10, gt=0)
+    revocation_refresh_seconds: float = Field(3.0, gt=0, le=10)
 
     upload_url_lifetime_seconds: int = Field(900, ge=60, le=7 * 86400)
     upload_expiry_grace_seconds: int = Field(300, ge=0)
     max_file_bytes: int = Field(5 * 1024**3, gt=0)
+    max_expanded_bytes: int | None = Field(None, gt=0)  # default 4 x max_file_bytes
     upload_signing_key: SecretStr | None = None
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
@@ -62,7 +68,7 @@ class Settings(BaseSettings):
     s3_secret_access_key: SecretStr | None = None
     storage_notification_secret: SecretStr | None = None
     file_batch_rows: int = Field(5000, ge=1, le=100_000)
-    file_workers: int = Field(1, ge=0, le=64)
+    file_workers: int = Field(2, ge=0, le=64)
     file_poll_seconds: float = Field(1.0, gt=0)
     file_job_stale_seconds: float = Field(60.0, gt=0)
     file_job_max_attempts: int = Field(3, ge=1)
@@ -72,6 +78,7 @@ class Settings(BaseSettings):
     worker_interval_seconds: float = Field(30.0, gt=0)
     db_connect_timeout_seconds: int = Field(3, ge=1)
     db_pre_ping: bool = False
+    metrics_token: SecretStr | None = None
     log_level: str = "INFO"
     log_json: bool = True
 

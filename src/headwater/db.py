@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import psycopg
-from psycopg.rows import namedtuple_row
 from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
@@ -19,6 +17,11 @@ from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
 from headwater.config import Settings
+
+if TYPE_CHECKING:
+    import psycopg
+
+# psycopg is imported where it is used: SQLite processes (and CLI commands) never load it.
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -67,6 +70,9 @@ def driver_execute(connection: Connection, statement: str, params: Mapping[str, 
     connection that broke is dropped from the pool.
     """
     driver = connection.connection.driver_connection
+    import psycopg
+    from psycopg.rows import namedtuple_row
+
     assert isinstance(driver, psycopg.Connection)
     try:
         with driver.cursor(row_factory=namedtuple_row) as cursor:
@@ -85,6 +91,8 @@ def as_sqlalchemy_error(
     OperationalError, ...), for code that talks to psycopg itself: `is_unreachable` and
     the 503 answer then see it as any other. `broken`: the connection is lost. Parameters
     are never kept (records' contents stay out of logs)."""
+    import psycopg
+
     return DBAPIError.instance(
         statement, None, exc, psycopg.Error, hide_parameters=True, connection_invalidated=broken
     )
@@ -216,6 +224,9 @@ class Database:
         """A psycopg connection of its own for code on the event loop (PostgreSQL only;
         the push groups' writers): autocommit, rows as named tuples. The caller closes
         it. A failure to connect is raised as SQLAlchemy's, like the engine's."""
+        import psycopg
+        from psycopg.rows import namedtuple_row
+
         _args, params = self.engine.dialect.create_connect_args(self.engine.url)
         params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
         try:

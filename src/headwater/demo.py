@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -100,6 +101,7 @@ def seed(session: Session) -> DemoData:
             dataset_id=DEMO_DATASET,
             schema=DEMO_SCHEMA,
             options=DatasetOptions(coerce_types=True),
+            max_schema_bytes=len(orjson.dumps(DEMO_SCHEMA)),
         )
     return DemoData(
         company_id=company.id,
@@ -111,53 +113,55 @@ def seed(session: Session) -> DemoData:
     )
 
 
-def instructions(data: DemoData, *, base_url: str, audience: str) -> str:
-    """A copy-paste curl sequence that gets a token and calls the API, and the same
-    with the Python client's command line."""
+def environment(data: DemoData, *, base_url: str, audience: str, data_dir: Path) -> str:
+    """A shell file that sets what the README's examples use: BASE, the two credentials,
+    a company token (TOKEN) and an operator token (OPERATOR), COMPANY_ID, and the Python
+    client's variables. Sourcing it asks for fresh tokens."""
+    extract = "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])'"
+    return f"""# Written by `headwater demo`; `source {data_dir}/demo.env` in another terminal.
+export BASE={base_url}
+export COMPANY_ID={data.company_id}
+export CLIENT_ID={data.client_id} CLIENT_SECRET={data.client_secret}
+export OPERATOR_ID={data.operator_id} OPERATOR_SECRET={data.operator_secret}
+export HEADWATER_URL=$BASE HEADWATER_CLIENT_ID=$CLIENT_ID HEADWATER_CLIENT_SECRET=$CLIENT_SECRET
+export HEADWATER_DATA_DIR={data_dir}
+export TOKEN=$(curl -s $BASE/oauth/token -H 'Content-Type: application/json' \\
+  -d '{{"client_id": "'$CLIENT_ID'", "client_secret": "'$CLIENT_SECRET'", "audience": "{audience}"}}' | {extract})
+export OPERATOR=$(curl -s $BASE/oauth/token -u "$OPERATOR_ID:$OPERATOR_SECRET" \\
+  -d grant_type=client_credentials -d audience={audience} | {extract})
+"""
+
+
+def instructions(data: DemoData, *, base_url: str, env_file: Path) -> str:
+    """How to call the demo: source the environment file, then a few calls; the README's
+    examples all run as written after the same `source`."""
     beside = Path(sys.executable).parent / "headwater-client"
     client_cli = str(beside) if beside.exists() else "headwater-client"
+    data_dir = env_file.parent
     return f"""
-Headwater is starting at {base_url} (SQLite and files under ./headwater-data).
+Headwater is starting at {base_url} (SQLite and files under {data_dir}).
 
-Demo company {data.company_id}, ingestion client {data.ingestion_client}.
+Demo company {data.company_id}, ingestion client {data.ingestion_client}, dataset {DEMO_DATASET}.
 Company credential:  client_id={data.client_id}  client_secret={data.client_secret}
 Operator credential: client_id={data.operator_id}  client_secret={data.operator_secret}
 (These secrets are shown once; running the demo again makes new ones.)
 
-Copy and paste, in another terminal:
+In another terminal, set BASE, TOKEN (company) and OPERATOR (operator) with fresh tokens;
+every example in the README then runs as written:
 
-  TOKEN=$(curl -s {base_url}/oauth/token -H 'Content-Type: application/json' \\
-    -d '{{"client_id": "{data.client_id}", "client_secret": "{data.client_secret}", "audience": "{audience}"}}' \\
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
-  curl -s {base_url}/platform/v1/whoami -H "Authorization: Bearer $TOKEN"; echo
-  curl -s {base_url}/platform/v1/data/json -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -H "Idempotency-Key: $(date +%s)" \
+  source {env_file}
+  curl -s $BASE/platform/v1/whoami -H "Authorization: Bearer $TOKEN"; echo
+  curl -s $BASE/platform/v1/data/json -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
     -d '{{"client_id": "{data.ingestion_client}", "dataset_id": "{DEMO_DATASET}", "data": [{{"order_id": "A-1", "amount": "12.50", "placed_at": "2026-11-22T10:30:00+01:00"}}, {{"order_id": "A-2", "amount": 3}}]}}'; echo
-  curl -s '{base_url}/platform/v1/data?client_id={data.ingestion_client}&dataset_id={DEMO_DATASET}' -H "Authorization: Bearer $TOKEN" -H 'Accept: application/x-ndjson'
-  curl -s {base_url}/platform/v1/transactions -H "Authorization: Bearer $TOKEN"; echo
+  curl -s "$BASE/platform/v1/data?client_id={data.ingestion_client}&dataset_id={DEMO_DATASET}" -H "Authorization: Bearer $TOKEN" -H 'Accept: application/x-ndjson'
+  curl -s $BASE/platform/v1/transactions -H "Authorization: Bearer $TOKEN"; echo
+  curl -s $BASE/admin/v1/companies/$COMPANY_ID/clients -H "Authorization: Bearer $OPERATOR"; echo
 
-  # a file: get an upload URL, PUT the CSV there, then follow its transaction
-  TICKET=$(curl -s '{base_url}/platform/v1/data/file_upload_url?client_id={data.ingestion_client}&dataset_id={DEMO_DATASET}&file_name=orders.csv&content_type=text/csv' -H "Authorization: Bearer $TOKEN")
-  field() {{ echo "$TICKET" | python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }}
-  printf 'order_id,amount\\nF-1,7.50\\nF-2,8\\n' | curl -s -X PUT --data-binary @- -H 'Content-Type: text/csv' "$(field upload_url)"
-  sleep 2; curl -s {base_url}/platform/v1/transactions/$(field transaction_id) -H "Authorization: Bearer $TOKEN"; echo
-  curl -s '{base_url}/app/v1/workflow_categories?sort_by=name&page_size=5' -H "Authorization: Bearer $TOKEN"; echo
-  curl -s {base_url}/app/v1/activities/search -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-    -d '{{"page": 0, "page_size": 3, "sort_by": "timestamp", "sort_direction": "desc", "filter": {{"action": "update"}}}}'; echo
+Or with the Python client's command line (clients/python/README.md), files kept under {data_dir}:
 
-  OPERATOR=$(curl -s {base_url}/oauth/token -u '{data.operator_id}:{data.operator_secret}' \\
-    -d grant_type=client_credentials -d audience={audience} \\
-    | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
-  curl -s {base_url}/admin/v1/companies/{data.company_id}/clients -H "Authorization: Bearer $OPERATOR"; echo
-
-Or with the Python client and command line (clients/python/README.md):
-
-  export HEADWATER_URL={base_url} HEADWATER_CLIENT_ID={data.client_id} HEADWATER_CLIENT_SECRET={data.client_secret}
-  {client_cli} whoami
-  printf 'order_id,amount\\nC-1,4.25\\nC-2,5\\n' > "${{TMPDIR:-/tmp}}/demo-orders.csv"
-  {client_cli} upload "${{TMPDIR:-/tmp}}/demo-orders.csv" -c {data.ingestion_client} -d {DEMO_DATASET}
+  printf 'order_id,amount\\nC-1,4.25\\nC-2,5\\n' > {data_dir}/demo-orders.csv
+  {client_cli} upload {data_dir}/demo-orders.csv -c {data.ingestion_client} -d {DEMO_DATASET}
   {client_cli} records export -c {data.ingestion_client} -d {DEMO_DATASET}
-  {client_cli} activities search --action update --limit 5
 
 Interactive API docs: {base_url}/docs    OpenAPI: {base_url}/openapi.json
-Stop with Ctrl-C.
 """

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Annotated, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
 
-from fastapi import Depends, Query, Request, Security
+from fastapi import Depends, Query, Request, Response, Security
 from fastapi.concurrency import run_in_threadpool
+from fastapi.dependencies.models import Dependant
 from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
+from fastapi.routing import APIRoute
 from fastapi.security import OAuth2, SecurityScopes
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
-from headwater.errors import InsufficientScope, MissingToken, RateLimited
+from headwater.errors import (
+    BadRequest,
+    InsufficientScope,
+    InvalidParameter,
+    MalformedJSON,
+    MissingToken,
+    RateLimited,
+    UnsupportedMediaType,
+)
 from headwater.identity.tokens import SCOPES, Principal
+from headwater.kit import strictjson
 from headwater.kit.pagination import PageQuery
 from headwater.runtime import Runtime
 
@@ -126,3 +138,117 @@ DataRead = Annotated[Principal, Security(principal, scopes=["data:read"])]
 WorkflowsRead = Annotated[Principal, Security(principal, scopes=["workflows:read"])]
 WorkflowsWrite = Annotated[Principal, Security(principal, scopes=["workflows:write"])]
 ActivitiesRead = Annotated[Principal, Security(principal, scopes=["activities:read"])]
+
+
+# --- one reading of every request ------------------------------------------------------------
+
+
+def _query_names(dependant: Dependant) -> frozenset[str]:
+    """Every query parameter name a route (with its dependencies) declares; a query model's
+    fields count by their aliases."""
+    names: set[str] = set()
+    stack = [dependant]
+    while stack:
+        current = stack.pop()
+        stack.extend(current.dependencies)
+        for field in current.query_params:
+            annotation = field.field_info.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                names.update(f.alias or name for name, f in annotation.model_fields.items())
+            else:
+                names.add(field.alias)
+    return frozenset(names)
+
+
+def check_request_text(request: Request, *, known_query: frozenset[str] | None) -> None:
+    """400 for a query parameter the route does not know (when `known_query` is given) and
+    for U+0000 anywhere in the path or the query, naming what holds it."""
+    # from the scope: no URL object or query parsing on the hot path (a push has no query)
+    if "\x00" in request.scope["path"]:
+        raise InvalidParameter(
+            "The path holds a NUL (U+0000) character.",
+            errors=[{"location": "path", "field": "", "message": "must not contain NUL"}],
+        )
+    if not request.scope.get("query_string"):
+        return
+    for name, value in request.query_params.multi_items():
+        if known_query is not None and name not in known_query:
+            raise InvalidParameter(
+                f"Unknown query parameter {name!r}; this operation takes "
+                + (", ".join(sorted(known_query)) or "none")
+                + ".",
+                errors=[{"location": "query", "field": name, "message": "unknown parameter"}],
+            )
+        if "\x00" in name or "\x00" in value:
+            raise InvalidParameter(
+                f"Query parameter {name!r} holds a NUL (U+0000) character.",
+                errors=[{"location": "query", "field": name, "message": "must not contain NUL"}],
+            )
+
+
+def is_json_media(content_type: str | None) -> bool:
+    media = (content_type or "").partition(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+class StrictRoute(APIRoute):
+    """Every route reads its request one way, before FastAPI's own parsing:
+
+    - a JSON body only as `application/json` (or `+json`; else 415), read by the strict
+      parser with the depth limit (duplicate members, NaN, deep nesting: 400), and no
+      U+0000 in any of its strings (400 naming the member);
+    - no query parameter the route does not declare, and no U+0000 in the path or query.
+
+    Routes that read their own body (the push, the token endpoint, uploads) declare no
+    body field and are left to do so.
+    """
+
+    # False for routes that judge unknown query parameters themselves (signed URLs: 403)
+    refuses_unknown_query = True
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        json_body = self.body_field is not None
+        known_query = _query_names(self.dependant) if self.refuses_unknown_query else None
+
+        async def strict(request: Request) -> Response:
+            check_request_text(request, known_query=known_query)
+            if json_body:
+                body = await request.body()
+                if body:
+                    if not is_json_media(request.headers.get("content-type")):
+                        raise UnsupportedMediaType(
+                            "Send this body as application/json; got "
+                            f"{request.headers.get('content-type') or 'no Content-Type'}."
+                        )
+                    runtime: Runtime = request.app.state.runtime
+                    try:
+                        value = strictjson.loads(body, max_depth=runtime.settings.max_json_depth)
+                    except strictjson.StrictJSONError as exc:
+                        raise MalformedJSON.of(exc) from None
+                    found = next(strictjson.nul_paths(value), None)
+                    if found is not None:
+                        where = strictjson.pointer(found[0]).replace("\x00", "\\u0000")
+                        raise BadRequest(
+                            f"The body member at {where or '/'} holds a NUL (U+0000) character.",
+                            errors=[
+                                {
+                                    "location": "body",
+                                    "field": where,
+                                    "message": "must not contain NUL (U+0000) characters",
+                                }
+                            ],
+                        )
+                    request._json = value  # FastAPI's own `await request.json()` reads this
+            return await handler(request)
+
+        return strict
+
+
+class SignedRoute(StrictRoute):
+    """A presigned URL's route: a parameter the signature does not cover is the route's
+    to refuse (403, as a store does), not a 400."""
+
+    refuses_unknown_query = False

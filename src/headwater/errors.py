@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 
 from headwater.kit.context import request_id_var
+from headwater.kit.strictjson import StrictJSONError, pointer
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "https://headwater.dev/problems/"
@@ -66,6 +67,15 @@ class InvalidParameter(BadRequest):
 class MalformedJSON(BadRequest):
     code = "malformed_json"
     title = "Malformed JSON"
+
+    @classmethod
+    def of(cls, exc: StrictJSONError) -> MalformedJSON:
+        """The 400 for a body the strict parser refused: what is wrong, and where."""
+        where = f" (byte {exc.position})" if exc.position is not None else ""
+        return cls(
+            f"The request body is not acceptable JSON: {exc.message}{where}.",
+            errors=[{"location": "body", "field": "", "message": exc.message}],
+        )
 
 
 class Unauthorized(DomainError):
@@ -186,7 +196,11 @@ def problem_body(
         "code": code,
     }
     if errors is not None:
-        body["errors"] = list(errors)
+        # text a client sent, echoed in `field` or `path`, never carries U+0000 back
+        body["errors"] = [
+            {k: v.replace("\x00", "\\u0000") if isinstance(v, str) else v for k, v in e.items()}
+            for e in errors
+        ]
     if extra:
         body.update(extra)
     request_id = request_id_var.get()
@@ -259,10 +273,6 @@ async def handle_http_exception(request: Request, exc: Exception) -> Response:
     return problem_response(body, status=exc.status_code, headers=headers)
 
 
-def _json_pointer(parts: Sequence[object]) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
 def validation_errors(raw: Sequence[Mapping[str, Any]]) -> DomainError:
     """FastAPI's request validation errors as one 400 problem naming every bad input."""
     items: list[dict[str, Any]] = []
@@ -277,7 +287,7 @@ def validation_errors(raw: Sequence[Mapping[str, Any]]) -> DomainError:
                 {"location": "body", "field": "", "message": str(ctx.get("error", err["msg"]))}
             )
             continue
-        field = _json_pointer(loc[1:]) if location == "body" else ".".join(map(str, loc[1:]))
+        field = pointer(loc[1:]) if location == "body" else ".".join(map(str, loc[1:]))
         items.append({"location": location, "field": field, "message": str(err["msg"])})
     if malformed:
         return MalformedJSON("The request body is not valid JSON.", errors=items)

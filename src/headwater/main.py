@@ -68,22 +68,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # profile of batch pushes). Cycles are still collected, less often.
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         stop = asyncio.Event()
-        tasks = (
-            [asyncio.create_task(worker.run_forever(runtime, stop))]
-            + [
-                asyncio.create_task(worker.run_files_forever(runtime, stop, slot))
-                for slot in range(settings.file_workers)
-            ]
-            if settings.worker_enabled
-            else []
-        )
+        tasks = [asyncio.create_task(worker.refresh_revocations_forever(runtime, stop))]
+        if settings.worker_enabled:
+            tasks += worker.start_jobs(runtime, stop, file_workers=settings.file_workers)
         try:
             yield
         finally:
-            stop.set()
-            runtime.files_queued.set()
-            for task in tasks:
-                await task
+            await worker.stop_jobs(runtime, stop, tasks)
             await runtime.close()
             gc.unfreeze()  # what was frozen may be collected again (tests start many apps)
             gc.set_threshold(*default_threshold)

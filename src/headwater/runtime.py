@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field
 
 import anyio.to_thread
@@ -19,7 +20,9 @@ from headwater.identity import keys as keyring
 from headwater.identity import service as identity
 from headwater.identity.tokens import TokenVerifier
 from headwater.ingestion.groups import PushQueue
-from headwater.kit.ratelimit import RateLimiter, make_rate_limiter
+from headwater.kit import memory
+from headwater.kit.gate import Gate
+from headwater.kit.ratelimit import FailureLimit, RateLimiter, make_rate_limiter
 
 log = structlog.get_logger("headwater.runtime")
 
@@ -32,12 +35,18 @@ class Runtime:
     limiter: RateLimiter
     store: Store
     pushes: PushQueue
+    # client secret checks (argon2): a few at a time, on threads of their own
+    secret_checks: Gate
+    # failed token requests per address; past the limit, the address waits a minute
+    token_failures: FailureLimit
     # Set when an upload has queued a job, so an in-process worker starts at once.
     files_queued: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def close(self) -> None:
         await self.limiter.close()
+        await self.token_failures.close()
         await self.pushes.close()
+        self.secret_checks.close()
         self.db.dispose()
 
 
@@ -63,6 +72,7 @@ def _jwks_loader(url: str, algorithms: list[str]) -> keyring.KeyLoader:
 
 
 def build_runtime(settings: Settings) -> Runtime:
+    memory.return_large_blocks()
     db = Database(settings)
     if settings.external_idp:
         assert settings.oidc_jwks_url and settings.oidc_issuer and settings.oidc_audience
@@ -102,6 +112,20 @@ def build_runtime(settings: Settings) -> Runtime:
         limiter=limiter,
         store=make_store(settings),
         pushes=PushQueue(db),
+        secret_checks=Gate(
+            workers=max(2, os.cpu_count() or 2),
+            queue=4 * max(2, os.cpu_count() or 2),
+            wait=1.0,
+            name="secret-check",
+        ),
+        token_failures=FailureLimit(
+            make_rate_limiter(
+                redis_url=settings.redis_url,
+                rate=settings.token_failures_per_minute / 60,
+                burst=settings.token_failures_per_minute,
+                prefix="hw:tf:",
+            )
+        ),
     )
 
 
@@ -119,23 +143,30 @@ def start(runtime: Runtime) -> None:
     try:
         if settings.auto_migrate:
             migrations.upgrade(settings)
-        # Instances and workers starting together would race to create the bootstrap
-        # credential and the first signing key: one does it, the others then find them.
-        with runtime.db.exclusive(START_LOCK), runtime.db.session() as session:
-            if settings.bootstrap_client_id and settings.bootstrap_client_secret:
-                identity.ensure_credential(
-                    session,
-                    client_id=settings.bootstrap_client_id,
-                    client_secret=settings.bootstrap_client_secret,
-                    name="bootstrap operator",
-                    company_id=None,
-                    scopes=["admin"],
-                )
-            if settings.embedded_idp_enabled:
-                identity.current_signing_key(session, passphrase=settings.signing_key_passphrase)
-                if not settings.external_idp:
-                    runtime.verifier.keys.prime(identity.verification_keys(session))
+        migrations.wait_while_locked(
+            lambda: _start_once(runtime), seconds=settings.shutdown_timeout_seconds + 30
+        )
     except Exception as exc:
         if not is_unreachable(exc):
             raise
         log.error("database unreachable at start; serving 503 until it is back")
+
+
+def _start_once(runtime: Runtime) -> None:
+    settings = runtime.settings
+    # Instances and workers starting together would race to create the bootstrap
+    # credential and the first signing key: one does it, the others then find them.
+    with runtime.db.exclusive(START_LOCK), runtime.db.session() as session:
+        if settings.bootstrap_client_id and settings.bootstrap_client_secret:
+            identity.ensure_credential(
+                session,
+                client_id=settings.bootstrap_client_id,
+                client_secret=settings.bootstrap_client_secret,
+                name="bootstrap operator",
+                company_id=None,
+                scopes=["admin"],
+            )
+        if settings.embedded_idp_enabled:
+            identity.current_signing_key(session, passphrase=settings.signing_key_passphrase)
+            if not settings.external_idp:
+                runtime.verifier.keys.prime(identity.verification_keys(session))

@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
+from asyncio import Task
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import anyio.to_thread
 import structlog
@@ -18,6 +21,7 @@ import structlog
 from headwater.config import Settings
 from headwater.files import processing
 from headwater.files import service as files
+from headwater.kit.clock import utcnow
 from headwater.runtime import Runtime
 
 log = structlog.get_logger("headwater.worker")
@@ -87,17 +91,60 @@ async def run_forever(runtime: Runtime, stop: asyncio.Event) -> None:
             continue
 
 
+async def refresh_revocations_forever(runtime: Runtime, stop: asyncio.Event) -> None:
+    """Keep the token verifier's revocation list fresh (every
+    `revocation_refresh_seconds`), so that a credential or company revoked through any
+    instance stops verifying here too, with no database read on the request path."""
+    from headwater.identity import service as identity
+
+    settings = runtime.settings
+    window = timedelta(seconds=settings.token_lifetime_seconds + settings.token_leeway_seconds)
+
+    def load() -> Any:
+        with runtime.db.read_session() as session:
+            return identity.revocations(session, since=utcnow() - window)
+
+    while not stop.is_set():
+        try:
+            runtime.verifier.revoked = await anyio.to_thread.run_sync(load)
+        except Exception as exc:  # the database is briefly away: keep the last list
+            log.warning("revocation list not refreshed", error=str(exc).splitlines()[0])
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=settings.revocation_refresh_seconds)
+        except TimeoutError:
+            continue
+
+
+def start_jobs(runtime: Runtime, stop: asyncio.Event, *, file_workers: int) -> list[Task[None]]:
+    """The periodic jobs and `file_workers` file workers, running until `stop`."""
+    return [asyncio.create_task(run_forever(runtime, stop))] + [
+        asyncio.create_task(run_files_forever(runtime, stop, slot)) for slot in range(file_workers)
+    ]
+
+
+async def stop_jobs(runtime: Runtime, stop: asyncio.Event, tasks: list[Task[None]]) -> None:
+    """Stop the background tasks: file workers hand their jobs back at the next 1,000 rows;
+    whatever still runs after `shutdown_timeout_seconds` is abandoned (its claim goes
+    stale and another worker takes the job over)."""
+    stop.set()
+    runtime.files_queued.set()
+    if tasks:
+        await asyncio.wait(tasks, timeout=runtime.settings.shutdown_timeout_seconds)
+
+
 def job_settings(settings: Settings) -> processing.JobSettings:
     return processing.JobSettings(
         batch_rows=settings.file_batch_rows,
         stale=timedelta(seconds=settings.file_job_stale_seconds),
         max_attempts=settings.file_job_max_attempts,
         max_depth=settings.max_json_depth,
+        max_expanded=settings.max_expanded_bytes or 4 * settings.max_file_bytes,
     )
 
 
-def process_one(runtime: Runtime, worker: str) -> bool:
-    """Claim and process one file job; False when the queue is empty."""
+def process_one(runtime: Runtime, worker: str, stop: threading.Event | None = None) -> bool:
+    """Claim and process one file job; False when the queue is empty. Once `stop` is set,
+    a job in progress is handed back (it runs again, here or elsewhere, still once)."""
     settings = job_settings(runtime.settings)
     job_id = processing.claim_next(
         runtime.db, worker=worker, bucket=runtime.store.bucket, settings=settings
@@ -105,7 +152,12 @@ def process_one(runtime: Runtime, worker: str) -> bool:
     if job_id is None:
         return False
     try:
-        processing.run_job(runtime.db, runtime.store, job_id, worker=worker, settings=settings)
+        processing.run_job(
+            runtime.db, runtime.store, job_id, worker=worker, settings=settings, stop=stop
+        )
+    except processing.Interrupted:
+        log.info("file job handed back at shutdown", job=str(job_id))
+        processing.release(runtime.db, job_id, worker=worker, handed_back=True)
     except Exception:
         log.exception("file job attempt failed", job=str(job_id))
         processing.release(runtime.db, job_id, worker=worker)
@@ -117,9 +169,29 @@ async def run_files_forever(runtime: Runtime, stop: asyncio.Event, slot: int = 0
     in this process (at once) or for the poll interval (uploads to other processes)."""
     worker = f"{socket.gethostname()}:{os.getpid()}:{slot}"
     poll = runtime.settings.file_poll_seconds
+    stopping = threading.Event()  # `stop`, as the worker thread can see it
+    watcher = asyncio.create_task(_mirror(stop, stopping))
+    try:
+        await _process_files(runtime, stop, stopping, worker, poll)
+    finally:
+        watcher.cancel()
+
+
+async def _mirror(stop: asyncio.Event, stopping: threading.Event) -> None:
+    await stop.wait()
+    stopping.set()
+
+
+async def _process_files(
+    runtime: Runtime,
+    stop: asyncio.Event,
+    stopping: threading.Event,
+    worker: str,
+    poll: float,
+) -> None:
     while not stop.is_set():
         try:
-            worked = await anyio.to_thread.run_sync(process_one, runtime, worker)
+            worked = await anyio.to_thread.run_sync(process_one, runtime, worker, stopping)
         except Exception as exc:
             # the database is unreachable or busy (SQLite: another process's file)
             log.warning("file queue unavailable", error=str(exc).splitlines()[0])

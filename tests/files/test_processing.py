@@ -83,7 +83,7 @@ def test_reject_policy_lists_every_error_with_line_and_stores_nothing(
         '"A-2\nsecond line",x,1\n'  # starts on line 3, spans two lines
         "A-3,3\n"  # ragged, line 5
         "A-4,4,2.5\n"  # line 6
-        ",5,5\n"  # line 7: empty order_id is "" (a string field), too short
+        ",5,5\n"  # line 7: an empty cell of a minLength field is absent (contract 6)
     )
     transaction = file_tenant.upload(body)
     assert transaction["status"] == "rejected"
@@ -95,7 +95,7 @@ def test_reject_policy_lists_every_error_with_line_and_stores_nothing(
         (3, 1, "/amount", "type"),
         (5, 2, "", "columns"),
         (6, 3, "/quantity", "type"),
-        (7, 4, "/order_id", "minLength"),
+        (7, 4, "/order_id", "required"),
     }
     assert transaction["error_count"] == 4
 
@@ -205,3 +205,25 @@ def test_files_are_stored_with_the_current_schema_version(file_tenant: FileTenan
     transaction = file_tenant.upload("order_id,amount,note\nV-1,1,hi\n")
     assert transaction["schema_version"] == 2
     assert file_tenant.records()[0]["schema_version"] == 2
+
+
+def test_an_empty_cell_of_a_string_field_with_a_format_is_an_absent_member(
+    file_tenant: FileTenant,
+) -> None:
+    """Contract section 6: "" can never pass `format`, so in a file it is an absent
+    member; a plain string field keeps ""."""
+    body = (
+        "order_id,customer-email,amount,placed_at,channel\n"
+        "A-1,,1.5,,\n"
+        "A-2,b@example.com,2,2026-11-22T10:00:00Z,shop\n"
+    )
+    transaction = file_tenant.upload(body)
+    assert transaction["status"] == "completed", transaction["errors"]
+    records = file_tenant.client.get(
+        "/platform/v1/data",
+        params={"client_id": file_tenant.client_id, "dataset_id": "orders"},
+        headers=file_tenant.headers,
+    ).json()["data"]
+    first = next(r["data"] for r in records if r["data"]["order_id"] == "A-1")
+    assert "customer-email" not in first and "placed_at" not in first
+    assert first["channel"] == ""

@@ -9,7 +9,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,43 @@ def test_several_workers_share_the_queue_without_processing_a_file_twice(
         assert (state, attempts) == ("done", 1)
 
 
+@contextmanager
+def worker_inside_file(
+    tenant: FileTenant, settings: Settings, transaction_id: str, log_name: str, **env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """A `headwater worker` process, once it has claimed the job and is well into the
+    file (status `processing`); killed at the end if it still runs."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | {
+        "HEADWATER_DATA_DIR": str(settings.data_dir),
+        "HEADWATER_FILE_BATCH_ROWS": "1000",
+        "HEADWATER_LOG_LEVEL": "WARNING",
+        **env,
+    }
+    if settings.database_url:
+        full["HEADWATER_DATABASE_URL"] = settings.database_url
+    log = Path(settings.data_dir) / log_name
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli", "worker"],
+            env=full,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while tenant.transaction(transaction_id)["started_at"] is None:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the worker never claimed the job"
+            time.sleep(0.05)
+        time.sleep(0.5)  # well into the file
+        assert tenant.transaction(transaction_id)["status"] == "processing"
+        yield process, log
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def test_a_worker_killed_mid_file_leaves_a_job_that_runs_again_once(
     file_tenant: FileTenant,
     settings: Settings,
@@ -93,30 +131,10 @@ def test_a_worker_killed_mid_file_leaves_a_job_that_runs_again_once(
     rows = 150_000
     transaction_id = uploaded(file_tenant, rows)
     runtime = runtime_of(file_tenant.client)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | {
-        "HEADWATER_DATA_DIR": str(settings.data_dir),
-        "HEADWATER_FILE_BATCH_ROWS": "1000",
-        "HEADWATER_LOG_LEVEL": "WARNING",
-    }
-    if settings.database_url:
-        env["HEADWATER_DATABASE_URL"] = settings.database_url
-    log = Path(settings.data_dir) / "killed-worker.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "headwater.cli", "worker"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while file_tenant.transaction(transaction_id)["started_at"] is None:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the worker never claimed the job"
-            time.sleep(0.05)
-        time.sleep(0.5)  # well into the file
-        assert file_tenant.transaction(transaction_id)["status"] == "processing"
-    finally:
+    with worker_inside_file(file_tenant, settings, transaction_id, "killed-worker.log") as (
+        process,
+        _log,
+    ):
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
     # nothing of the interrupted run is visible, and the job is still claimed
@@ -292,3 +310,33 @@ def _cut_off_put(url: str, *, declared: int, sent: bytes) -> None:
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
         sock.sendall(request + sent)
         time.sleep(0.3)
+
+
+def test_a_worker_stopped_with_sigterm_mid_file_hands_the_job_back(
+    file_tenant: FileTenant, settings: Settings
+) -> None:
+    """SIGTERM (contract section 15): the worker stops taking work, rolls the file back,
+    hands the job back without counting the attempt, and exits within its timeout; the
+    job then runs once."""
+    rows = 150_000
+    transaction_id = uploaded(file_tenant, rows)
+    runtime = runtime_of(file_tenant.client)
+    with worker_inside_file(
+        file_tenant,
+        settings,
+        transaction_id,
+        "stopped-worker.log",
+        HEADWATER_SHUTDOWN_TIMEOUT_SECONDS="10",
+    ) as (process, log):
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    assert code == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
+    assert stored(runtime, transaction_id) == (0, 0)
+    state, attempts, claimed_by = job_of(runtime, transaction_id)
+    assert (state, attempts, claimed_by) == ("queued", 0, None)  # handed back, not counted
+    run_worker(file_tenant.client)
+    done = file_tenant.transaction(transaction_id)
+    assert done["status"] == "completed", done
+    assert stored(runtime, transaction_id) == (rows, rows)
+    assert job_of(runtime, transaction_id)[1] == 1

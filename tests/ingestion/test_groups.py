@@ -165,7 +165,9 @@ def test_a_group_write_is_all_or_nothing(data_tenant: DataTenant) -> None:
     with database.read_connection() as connection:
         target = service._target(connection, caller, data_tenant.client_id, "orders")
     checked = [
-        service._check(caller, data_tenant.client_id, "orders", [order(n), order(n + 10)], target)
+        service._check(
+            caller, data_tenant.client_id, "orders", [order(n), order(n + 10)], target, nul=False
+        )
         for n in (2, 3)
     ]
     clash = dataclasses.replace(checked[1], transaction={**checked[1].transaction, "id": taken})

@@ -282,3 +282,13 @@ def test_oversized_record_values_validate_as_usual(data_tenant: DataTenant) -> N
     response = data_tenant.push(order(1, quantity=2**63 - 1, amount=1.7e308))
     assert response.status_code == 200, response.text
     assert data_tenant.records()[0]["data"]["quantity"] == 2**63 - 1
+
+
+def test_format_errors_name_what_was_expected(data_tenant: DataTenant) -> None:
+    response = data_tenant.push(
+        [{"order_id": "A", "amount": 1, "customer-email": "nope", "placed_at": "yesterday"}]
+    )
+    assert response.status_code == 422, response.text
+    messages = {e["path"]: e["message"] for e in response.json()["errors"]}
+    assert messages["/customer-email"] == '"nope" is not an email address'
+    assert messages["/placed_at"].startswith('"yesterday" is not a date-time (ISO 8601')

@@ -30,11 +30,13 @@ def test_transaction_details(data_tenant: DataTenant) -> None:
     assert body == {
         "transaction_id": pushed["transaction_id"],
         "kind": "json",
+        "channel": "api",
         "client_id": data_tenant.client_id,
         "dataset_id": "orders",
         "schema_version": 1,
         "status": "completed",
         "records_received": 2,
+        "records_processed": 2,
         "records_accepted": 2,
         "records_rejected": 0,
         "error_count": 0,
@@ -307,3 +309,35 @@ def test_bad_record_filters_400(data_tenant: DataTenant, value: str) -> None:
     )
     problem = assert_problem(response, 400)
     assert "filter" in problem["detail"]
+
+
+def test_transactions_name_their_channel_and_filter_by_it(data_tenant: DataTenant) -> None:
+    pushed = data_tenant.push([order(1)])
+    assert pushed.status_code == 200, pushed.text
+    ticket = data_tenant.client.get(
+        "/platform/v1/data/file_upload_url",
+        params={
+            "client_id": data_tenant.client_id,
+            "dataset_id": "orders",
+            "file_name": "o.csv",
+            "content_type": "text/csv",
+        },
+        headers=data_tenant.headers,
+    ).json()
+
+    def listed(**params: str) -> list[tuple[str, str]]:
+        page = data_tenant.client.get(
+            "/platform/v1/transactions", params=params, headers=data_tenant.headers
+        ).json()
+        return [(t["transaction_id"], t["channel"]) for t in page["data"]]
+
+    everything = listed()
+    assert (pushed.json()["transaction_id"], "api") in everything
+    assert (ticket["transaction_id"], "upload") in everything
+    assert listed(channel="upload") == [(ticket["transaction_id"], "upload")]
+    assert listed(channel="api") == [(pushed.json()["transaction_id"], "api")]
+    assert listed(channel="sftp") == []
+    bad = data_tenant.client.get(
+        "/platform/v1/transactions", params={"channel": "fax"}, headers=data_tenant.headers
+    )
+    assert bad.status_code == 400

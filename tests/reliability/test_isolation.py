@@ -125,6 +125,12 @@ MATRIX = [
     ),
     Row(
         "GET",
+        "/app/v1/workflows",
+        "/app/v1/workflows",
+        params={"workflow_template_id": "{template}"},
+    ),
+    Row(
+        "GET",
         "/app/v1/workflow_tasks/actions/{workflow_action_id}",
         "/app/v1/workflow_tasks/actions/{task}",
     ),
@@ -308,6 +314,7 @@ def test_own_lists_hold_nothing_of_another_company(
     for path in (
         "/app/v1/workflow_categories",
         "/app/v1/workflow_templates",
+        "/app/v1/workflows",
         "/platform/v1/transactions",
         "/platform/v1/datasets",
     ):
@@ -410,8 +417,14 @@ def test_sql_metacharacters_are_only_text(
     # the table is still there, and holds what it held plus this one
     listed = client.get("/app/v1/workflow_categories", headers=a.headers).json()
     assert listed["total_entries"] == (1 if "\x00" in text else 2)
-    # records are stored as they come, NUL included, and a refusal quotes them safely
+    # records are stored as they come, and a refusal quotes them safely; a string holding
+    # NUL fails like a record that fails its schema (contract section 15: `characters`)
     stored = a.files.push([{"order_id": text, "amount": 1}])
+    if "\x00" in text:
+        assert stored.status_code == 422, stored.text
+        assert stored.json()["errors"][0]["keyword"] == "characters"
+        assert stored.json()["errors"][0]["path"] == "/order_id"
+        return
     assert stored.status_code == 200, stored.text
     refused = a.files.push([{"order_id": "R", "amount": text}])
     assert refused.status_code == 422, refused.text

@@ -111,3 +111,15 @@ def test_key_cache_keeps_keys_when_a_refresh_fails() -> None:
         assert await cache.get(jwk["kid"]) is not None  # stale but kept
 
     asyncio.run(scenario())
+
+
+def test_migrations_head_constant_is_alembics_head() -> None:
+    """`migrations.HEAD` lets commands skip Alembic when the database is current: it must
+    name the newest revision."""
+    from alembic.script import ScriptDirectory
+
+    from headwater import migrations
+    from headwater.config import Settings
+
+    script = ScriptDirectory.from_config(migrations.alembic_config(Settings()))
+    assert script.get_heads() == [migrations.HEAD]

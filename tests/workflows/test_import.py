@@ -121,3 +121,27 @@ def test_import_into_an_unknown_company_fails(
     done = _run(base_settings, "import", str(path), "--company-id", str(uuid.uuid4()))
     assert done.returncode == 1 and "No company" in done.stderr
     assert create_company(client, admin)  # the database is still usable
+
+
+def test_a_failure_at_the_last_workflow_stores_nothing(
+    tenant: Tenant, base_settings: dict[str, Any], tmp_path: Path
+) -> None:
+    """All or nothing: the first workflow was already written (with its tasks) when the
+    last one failed; none of it may stay."""
+    document = json.loads(json.dumps(DOCUMENT))
+    workflows = document["categories"][0]["templates"][0]["workflows"]
+    workflows.append(
+        {
+            "name": "W3",
+            "due_date": "2027-01-01T00:00:00Z",
+            "notification_date": "2028-01-01T00:00:00Z",  # after the due date: refused
+        }
+    )
+    path = tmp_path / "late-failure.json"
+    path.write_text(json.dumps(document))
+    done = _run(base_settings, "import", str(path), "--company-id", tenant.company_id)
+    assert done.returncode == 1, done.stdout
+    assert "notification_date" in done.stderr
+    assert _search(tenant) == []
+    listed = tenant.client.get("/app/v1/workflows", headers=tenant.headers).json()
+    assert listed["total_entries"] == 0

@@ -78,7 +78,7 @@ def test_a_rejected_push_lists_its_errors_and_exits_1(tenant: Tenant, tmp_path: 
     path.write_text(json.dumps([{"order_id": "A", "amount": 1}, {"order_id": "B"}]))
     done = run(tenant.env(), "push", str(path), "-c", tenant.client_id, "-d", tenant.dataset_id)
     assert done.returncode == 1
-    assert "rejected: 1 error(s)" in done.stderr
+    assert "rejected: 1 error in the batch" in done.stderr
     assert "record 1 /amount" in done.stderr and "(required)" in done.stderr
 
 
@@ -146,6 +146,16 @@ def test_categories_workflow_and_activities(tenant: Tenant) -> None:
     assert "Onboard Initech" in shown.stdout and "sign" in shown.stdout
     as_json = json.loads(run(tenant.env(), "workflow", "show", workflow["id"], "--json").stdout)
     assert [t["step_id"] for t in as_json["tasks"]] == ["sign"]
+    listed = json_lines(
+        run(tenant.env(), "workflow", "list", "--status", "draft,active", "--json").stdout
+    )
+    assert [w["id"] for w in listed] == [workflow["id"]]
+    assert (
+        json_lines(run(tenant.env(), "workflow", "list", "--status", "paused", "--json").stdout)
+        == []
+    )
+    table = run(tenant.env(), "workflow", "list", "--name", "initech")
+    assert table.returncode == 0 and "Onboard Initech" in table.stdout
 
     search = [
         "activities",
@@ -211,3 +221,22 @@ def test_credentials_from_a_profile_file(tenant: Tenant, tmp_path: Path) -> None
     assert run(env | {"HEADWATER_PROFILE": "staging"}, "whoami").returncode == 0
     absent = run(env, "--profile", "production", "whoami")
     assert absent.returncode == 2 and "has no profile [production]" in absent.stderr
+
+
+def test_piped_output_is_tsv_with_whole_ids_and_output_chooses(tenant: Tenant) -> None:
+    with tenant.api() as api:
+        for name in ("Onboarding", "Offboarding\tand more"):
+            api.post("/app/v1/workflow_categories", json={"name": name})
+    piped = run(tenant.env(), "categories", "list", "--sort-by", "name")
+    assert piped.returncode == 0, piped.stderr
+    lines = piped.stdout.splitlines()
+    assert lines[0].split("\t") == ["id", "name", "description", "created_at", "updated_at"]
+    rows = [line.split("\t") for line in lines[1:]]
+    assert [r[1] for r in rows] == ["Offboarding and more", "Onboarding"]  # tab made a space
+    assert all(len(r) == 5 and len(r[0]) == 36 for r in rows)  # a UUID is never split
+    as_json = json_lines(run(tenant.env(), "categories", "list", "--output", "json").stdout)
+    assert sorted(c["name"] for c in as_json) == ["Offboarding\tand more", "Onboarding"]
+    table = run(tenant.env(), "categories", "list", "--output", "table").stdout
+    assert "┃" in table or "│" in table  # a drawn table even when piped, when asked for
+    fields = run(tenant.env(), "whoami").stdout.splitlines()
+    assert fields[0].split("\t")[0] == "subject"

@@ -94,7 +94,7 @@ def test_a_refused_token_is_renewed_once_and_the_request_retried(
         hw.whoami()
         old_kid = _kid(hw.token().access_token)
         _headwater(env, "keys", "rotate")
-        _headwater(env, "keys", "remove", old_kid)
+        _headwater(env, "keys", "remove", "--", old_kid)
         _wait_until_refused(url, hw.token().access_token)
         assert hw.whoami().subject == tenant.credential_id
     assert recorder.token_requests == 2

@@ -35,7 +35,7 @@ class ActivityEntry(Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    company_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("companies.id"))
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("companies.id"))
     seq: Mapped[int] = mapped_column(BigInteger)
     resource_type: Mapped[str] = mapped_column(String(32))
     resource_id: Mapped[uuid.UUID] = mapped_column(Uuid)
@@ -55,6 +55,8 @@ class ActivityHead(Base):
 
     __tablename__ = "activity_heads"
 
-    company_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("companies.id"), primary_key=True)
+    company_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("companies.id"), primary_key=True
+    )
     count: Mapped[int] = mapped_column(BigInteger)
     hash: Mapped[str] = mapped_column(String(64))

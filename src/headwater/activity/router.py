@@ -7,10 +7,10 @@ from starlette.responses import Response
 
 from headwater.activity import service
 from headwater.activity.schemas import ActivityEntryRead, ActivitySearch
-from headwater.deps import ActivitiesRead, ReaderDep
+from headwater.deps import ActivitiesRead, ReaderDep, StrictRoute
 from headwater.kit.pagination import Page
 
-router = APIRouter(prefix="/app/v1", tags=["activity"])
+router = APIRouter(prefix="/app/v1", tags=["activity"], route_class=StrictRoute)
 
 
 @router.post("/activities/search", response_model=Page[ActivityEntryRead])

@@ -10,7 +10,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from headwater.kit.clock import InputDateTime, Timestamp
 from headwater.kit.pagination import MAX_PAGE
-from headwater.kit.schemas import Input, Output
+from headwater.kit.schemas import Input, JSONInt, Output
 
 ResourceType = Literal[
     "workflow_category",
@@ -117,11 +117,9 @@ class ActivityFilter(Input):
 
 
 class ActivitySearch(Input):
-    page: int = Field(
-        0, ge=0, le=MAX_PAGE, strict=True, description="Page number, from 0.", examples=[0]
-    )
-    page_size: int = Field(
-        20, ge=1, le=100, strict=True, description="Entries per page, 1-100.", examples=[20]
+    page: JSONInt = Field(0, ge=0, le=MAX_PAGE, description="Page number, from 0.", examples=[0])
+    page_size: JSONInt = Field(
+        20, ge=1, le=100, description="Entries per page, 1-100.", examples=[20]
     )
     sort_by: SortField = Field("timestamp", description="Ties are broken by log order.")
     sort_direction: Literal["asc", "desc"] = "desc"

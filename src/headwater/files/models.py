@@ -43,7 +43,9 @@ class FileUpload(Base):
     __table_args__ = (Index(None, "state", "expires_at"),)
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    transaction_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("transactions.id"), unique=True)
+    transaction_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("transactions.id"), unique=True
+    )
     company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     bucket: Mapped[str] = mapped_column(String(255))
     object_key: Mapped[str] = mapped_column(String(255))
@@ -68,7 +70,7 @@ class FileJob(Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    file_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("file_uploads.id"), index=True)
+    file_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("file_uploads.id"), index=True)
     bucket: Mapped[str] = mapped_column(String(255))
     object_key: Mapped[str] = mapped_column(String(255))
     etag: Mapped[str] = mapped_column(String(128))

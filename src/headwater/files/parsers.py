@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, cast
@@ -52,20 +53,61 @@ class FileUnreadable(Exception):
         self.message = message
 
 
-def rows(stream: BinaryIO, content_type: str, *, max_depth: int) -> Iterator[Row]:
-    """The rows of a file of `content_type`; gzip is recognised by its magic number."""
+MAX_EXPANSION_RATIO = 200  # expanded bytes per compressed byte, at most
+
+
+def rows(
+    stream: BinaryIO,
+    content_type: str,
+    *,
+    max_depth: int,
+    compressed_size: int,
+    max_expanded: int,
+) -> Iterator[Row]:
+    """The rows of a file of `content_type`; gzip is recognised by its magic number and
+    expanded to at most `max_expanded` bytes and `MAX_EXPANSION_RATIO` times
+    `compressed_size` (past either, `FileUnreadable`)."""
     buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(Any, stream))
     parse = _PARSERS[content_type]
     if buffered.peek(2)[:2] == GZIP_MAGIC:
-        unzipped = cast(BinaryIO, gzip.GzipFile(fileobj=buffered, mode="rb"))
-        return _gunzipped(parse(unzipped, max_depth))
+        unzipped = gzip.GzipFile(fileobj=buffered, mode="rb")
+        limit = min(max_expanded, MAX_EXPANSION_RATIO * max(compressed_size, 1))
+        bounded = cast(BinaryIO, _Bounded(unzipped, limit, ratio=limit < max_expanded))
+        return _gunzipped(parse(bounded, max_depth))
     return parse(buffered, max_depth)
+
+
+class _Bounded(io.RawIOBase):
+    """A decompressing stream that refuses to expand past `limit` bytes."""
+
+    def __init__(self, inner: gzip.GzipFile, limit: int, *, ratio: bool) -> None:
+        self.inner = inner
+        self.limit = limit
+        self.ratio = ratio
+        self.expanded = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self.inner.readinto(buffer)
+        self.expanded += count
+        if self.expanded > self.limit:
+            why = (
+                f"{MAX_EXPANSION_RATIO} times its compressed size"
+                if self.ratio
+                else "HEADWATER_MAX_EXPANDED_BYTES"
+            )
+            raise FileUnreadable(
+                0, f"the gzip stream expands past {self.limit} bytes ({why}); nothing is stored"
+            )
+        return count
 
 
 def _gunzipped(parsed: Iterator[Row]) -> Iterator[Row]:
     try:
         yield from parsed
-    except (gzip.BadGzipFile, EOFError, OSError) as exc:
+    except (gzip.BadGzipFile, EOFError, OSError, zlib.error) as exc:
         raise FileUnreadable(0, f"the gzip stream is corrupt or truncated ({exc})") from None
 
 
@@ -87,39 +129,90 @@ def _header(names: list[str]) -> list[str]:
     return header
 
 
-def _lines(stream: BinaryIO) -> Iterator[str]:
-    """The stream's lines, each decoded on its own so an encoding error names its line."""
-    line = 0
-    readline = stream.readline
-    while raw := readline(MAX_RECORD_BYTES + 1):
-        line += 1
-        if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
-            raise FileUnreadable(line, f"the line is longer than {MAX_RECORD_BYTES} bytes")
-        if line == 1:
-            raw = raw.removeprefix(codecs.BOM_UTF8)
+class _Lines:
+    """A stream's lines as bytes, read in large pieces; a run of blank lines is passed
+    over in one regex step (at C speed, not one Python step a line), except inside a
+    quoted CSV field (`quoted`: the quotes seen so far are odd), where it is content.
+
+    `line` is the number of the last line given; `row_start` that of the last line given
+    that began outside quotes (where a CSV row begins).
+    """
+
+    def __init__(self, stream: BinaryIO, blank: re.Pattern[bytes], *, quoted: bool) -> None:
+        self.stream = stream
+        self.blank = blank
+        self.quoted = quoted
+        self.line = 0
+        self.row_start = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        buffer = self.stream.read(CHUNK).removeprefix(codecs.BOM_UTF8)
+        pos = 0
+        inside = False
+        eof = not buffer
+        while True:
+            if not inside:
+                skipped = self.blank.match(buffer, pos)
+                if skipped is not None and skipped.end() > pos:
+                    self.line += buffer.count(b"\n", pos, skipped.end())
+                    pos = skipped.end()
+            end = buffer.find(b"\n", pos)
+            if end < 0:
+                if len(buffer) - pos > MAX_RECORD_BYTES:
+                    raise FileUnreadable(
+                        self.line + 1, f"the line is longer than {MAX_RECORD_BYTES} bytes"
+                    )
+                if not eof:
+                    more = self.stream.read(CHUNK)
+                    eof = not more
+                    buffer = buffer[pos:] + more
+                    pos = 0
+                    continue
+                if pos >= len(buffer):
+                    return
+                end = len(buffer) - 1
+            raw = buffer[pos : end + 1]
+            pos = end + 1
+            self.line += 1
+            if not inside:
+                self.row_start = self.line
+            if self.quoted and raw.count(b'"') % 2:
+                inside = not inside
+            yield raw
+
+
+_CSV_BLANK = re.compile(rb"(?:\r?\n)*")
+_NDJSON_BLANK = re.compile(rb"(?:[ \t\r]*\n)*")
+
+
+def _decoded(lines: _Lines) -> Iterator[str]:
+    """Each line decoded on its own, so an encoding error names its line."""
+    for raw in lines:
         try:
             yield raw.decode()
         except UnicodeDecodeError:
-            raise FileUnreadable(line, "the file is not valid UTF-8") from None
+            raise FileUnreadable(lines.line, "the file is not valid UTF-8") from None
 
 
 def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row]:
-    reader = csv.reader(_lines(stream), strict=True)
-    last = 0
+    lines = _Lines(stream, _CSV_BLANK, quoted=True)
+    reader = csv.reader(_decoded(lines), strict=True)
     try:
         try:
             names = next(reader)
         except StopIteration:
-            raise FileUnreadable(1, "the file is empty") from None
+            why = "the file holds only blank lines" if lines.line else "the file is empty"
+            raise FileUnreadable(1, why + ": a CSV file starts with its header row") from None
         header = _header(names)
         width = len(header)
-        last = reader.line_num
         produced = False
         for fields in reader:
-            line = last + 1
-            last = reader.line_num
+            line = lines.row_start
             if len(fields) == width:
                 produced = True
+                if any("\x00" in field for field in fields):
+                    yield Row(line, None, "characters", NUL_MESSAGE, orjson.dumps(fields).decode())
+                    continue
                 yield Row(line, dict(zip(header, fields, strict=False)))  # widths checked
             elif fields:  # csv yields [] for a blank line
                 produced = True
@@ -131,43 +224,42 @@ def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row]:
                     orjson.dumps(fields).decode(),
                 )
     except csv.Error as exc:
-        raise FileUnreadable(last + 1, f"CSV: {exc}") from None
+        raise FileUnreadable(lines.line, f"CSV: {exc}") from None
     if not produced:
-        raise FileUnreadable(last + 1, NO_RECORDS)
+        raise FileUnreadable(lines.line + 1, NO_RECORDS)
+
+
+NUL_MESSAGE = "a string holds a NUL (U+0000) character, which cannot be stored"
 
 
 # --- NDJSON -------------------------------------------------------------------------------------
 
 
-def _record(value: Any, line: int, raw: str) -> Row:
-    if isinstance(value, dict):
-        return Row(line, value)
-    return Row(line, None, "type", "a record must be a JSON object", raw)
+def _record(value: Any, line: int, raw: str, *, nul: bool) -> Row:
+    """A row of a parsed value; `nul` when its text held an escaped U+0000."""
+    if not isinstance(value, dict):
+        return Row(line, None, "type", "a record must be a JSON object", raw)
+    if nul and strictjson.has_nul(value):
+        return Row(line, None, "characters", NUL_MESSAGE, raw or orjson.dumps(value).decode())
+    return Row(line, value)
 
 
 def _ndjson(stream: BinaryIO, max_depth: int) -> Iterator[Row]:
-    line = 0
+    lines = _Lines(stream, _NDJSON_BLANK, quoted=False)
     produced = False
-    while True:
-        raw = stream.readline(MAX_RECORD_BYTES + 1)
-        if not raw:
-            if not produced:
-                raise FileUnreadable(1, NO_RECORDS)
-            return
-        line += 1
-        if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
-            raise FileUnreadable(line, f"the line is longer than {MAX_RECORD_BYTES} bytes")
-        if line == 1:
-            raw = raw.removeprefix(codecs.BOM_UTF8)
+    for raw in lines:
         if not raw.strip():
-            continue
+            continue  # a last line of spaces without a newline
         produced = True
         try:
             value = strictjson.loads(raw, max_depth=max_depth)
         except strictjson.StrictJSONError as exc:
-            yield Row(line, None, "json", exc.message, raw.decode("utf-8", "replace").rstrip())
+            text = raw.decode("utf-8", "replace").rstrip()
+            yield Row(lines.line, None, exc.keyword, exc.message, text)
             continue
-        yield _record(value, line, "")
+        yield _record(value, lines.line, "", nul=b"\\u0000" in raw)
+    if not produced:
+        raise FileUnreadable(1, NO_RECORDS)
 
 
 # --- JSON ---------------------------------------------------------------------------------------
@@ -222,7 +314,7 @@ class _Text:
             if not self.more():
                 return ""
 
-    def decode(self, max_depth: int) -> tuple[Any, str | None, str]:
+    def decode(self, max_depth: int) -> tuple[Any, strictjson.StrictJSONError | None, str]:
         """The value at `pos`: (value, None, text) or (None, why it is refused, text).
 
         A value cut by the end of the buffer is decoded again after reading on; one that
@@ -235,13 +327,17 @@ class _Text:
                 break
             except strictjson.StrictJSONError as exc:
                 # valid JSON, but not strict JSON: a row error; find where the value ends
-                try:
-                    _, end = _lenient.raw_decode(self.buffer, self.pos)
-                except json.JSONDecodeError:
+                found = _value_end(self.buffer, self.pos)
+                if found is None and self.buffer[self.pos : self.pos + 1] not in ("[", "{"):
+                    try:  # a scalar (NaN, 1e400): no depth to fear
+                        found = _lenient.raw_decode(self.buffer, self.pos)[1]
+                    except json.JSONDecodeError:
+                        found = None
+                if found is None:
                     if self._grow():
                         continue
                     raise FileUnreadable(self.line, self._why(exc.message)) from None
-                value, problem = None, exc.message
+                end, value, problem = found, None, exc
                 break
             except json.JSONDecodeError as exc:
                 if self._grow():
@@ -297,8 +393,28 @@ def _value_row(text: _Text, max_depth: int) -> Row:
     value, problem, raw = text.decode(max_depth)
     text.advance(text.pos + len(raw))
     if problem is not None:
-        return Row(line, None, "json", problem, raw)
-    return _record(value, line, raw)
+        return Row(line, None, problem.keyword, problem.message, raw)
+    return _record(value, line, raw, nul="\\u0000" in raw)
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _value_end(buffer: str, pos: int) -> int | None:
+    """Where the object or array at `pos` ends, found by counting brackets outside
+    strings (no recursion, whatever its depth); None if the buffer ends first."""
+    if buffer[pos : pos + 1] not in ("[", "{"):
+        return None
+    level = 0
+    for token in _TOKEN.finditer(buffer, pos):
+        mark = token.group()
+        if mark in "[{":
+            level += 1
+        elif mark in "]}":
+            level -= 1
+            if level == 0:
+                return token.end()
+    return None
 
 
 _PARSERS = {"text/csv": _csv, "application/json": _json, "application/x-ndjson": _ndjson}

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import structlog
 from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy.orm import aliased
 
 from headwater.db import Database
 from headwater.files import parsers
@@ -43,6 +45,7 @@ class JobSettings:
     stale: timedelta
     max_attempts: int
     max_depth: int
+    max_expanded: int
 
 
 class Tally:
@@ -75,6 +78,23 @@ class Tally:
 # --- claiming ---------------------------------------------------------------------------------
 
 
+def _company_busy(fresh_since: Any) -> Any:
+    """True for a job whose company has a file being processed (claimed, not stale):
+    one file per company at a time, so one company's files never take every worker
+    while another company's file waits (contract section 15)."""
+    running, upload = aliased(FileJob), aliased(FileUpload)
+    return (
+        select(running.id)
+        .join(upload, upload.id == running.file_id)
+        .where(
+            running.state == RUNNING,
+            running.claimed_at >= fresh_since,
+            upload.company_id == FileUpload.company_id,
+        )
+        .exists()
+    )
+
+
 def claim_next(
     db: Database, *, worker: str, bucket: str, settings: JobSettings
 ) -> uuid.UUID | None:
@@ -86,16 +106,18 @@ def claim_next(
         with db.begin() as connection:
             row = connection.execute(
                 select(FileJob.id, FileJob.attempts, FileJob.file_id)
+                .join(FileUpload, FileUpload.id == FileJob.file_id)
                 .where(
                     FileJob.bucket == bucket,
                     or_(
                         FileJob.state == QUEUED,
                         and_(FileJob.state == RUNNING, FileJob.claimed_at < now - settings.stale),
                     ),
+                    ~_company_busy(now - settings.stale),
                 )
                 .order_by(FileJob.created_at)
                 .limit(1)
-                .with_for_update(skip_locked=True)
+                .with_for_update(skip_locked=True, of=FileJob)
             ).one_or_none()
             if row is None:
                 return None
@@ -124,18 +146,24 @@ def claim_next(
                 .values(state=RUNNING, claimed_by=worker, claimed_at=now, attempts=row.attempts + 1)
             )
             connection.execute(
-                update(Transaction).where(Transaction.id == transaction_id).values(started_at=now)
+                update(Transaction)
+                .where(Transaction.id == transaction_id)
+                .values(started_at=now, records_processed=None)
             )
             return uuid.UUID(str(row.id))
 
 
-def release(db: Database, job_id: uuid.UUID, *, worker: str) -> None:
-    """After a failed attempt: queue the job again at once (its attempts are counted)."""
+def release(db: Database, job_id: uuid.UUID, *, worker: str, handed_back: bool = False) -> None:
+    """After a failed attempt: queue the job again at once (its attempts are counted).
+    `handed_back`: the process is stopping, and this attempt does not count."""
+    values: dict[str, Any] = {"state": QUEUED, "claimed_by": None}
+    if handed_back:
+        values["attempts"] = FileJob.attempts - 1
     with db.begin() as connection:
         connection.execute(
             update(FileJob)
             .where(FileJob.id == job_id, FileJob.claimed_by == worker, FileJob.state == RUNNING)
-            .values(state=QUEUED, claimed_by=None)
+            .values(**values)
         )
 
 
@@ -153,10 +181,68 @@ def file_error(record: int, line: int, message: str) -> dict[str, Any]:
 # --- processing -------------------------------------------------------------------------------
 
 
+class _Progress:
+    """Writes how many rows a file has read so far (`records_processed`) every
+    `EVERY_SECONDS`, in a short autocommit statement of its own, so that it is visible
+    while the file's own transaction runs. PostgreSQL only: SQLite has one writer, which
+    the file's transaction holds."""
+
+    EVERY_SECONDS = 2.0
+
+    def __init__(self, db: Database, transaction_id: uuid.UUID) -> None:
+        self.db = db
+        self.transaction_id = transaction_id
+        self.enabled = db.engine.dialect.name == "postgresql"
+        self.last = time.monotonic()
+
+    def reached(self, count: int) -> None:
+        """`count` rows are read: written if the last write is old enough."""
+        if self.enabled and time.monotonic() - self.last >= self.EVERY_SECONDS:
+            self.write(count)
+
+    def write(self, count: int) -> None:
+        self.last = time.monotonic()
+        try:
+            with self.db.atomic() as connection:
+                connection.execute(
+                    update(Transaction)
+                    .where(Transaction.id == self.transaction_id)
+                    .values(records_processed=count)
+                )
+        except Exception as exc:  # progress is a courtesy: never a reason to fail the file
+            log.warning("progress not written", error=str(exc).splitlines()[0])
+
+
+class Interrupted(Exception):
+    """The process is stopping: the job's transaction rolls back and the job is handed
+    back (`release(..., handed_back=True)`), to run again here or elsewhere."""
+
+
+def _watched(
+    rows: Iterator[parsers.Row], *, stop: threading.Event | None, progress: _Progress
+) -> Iterator[parsers.Row]:
+    """`rows`; every 1,000 of them, raise `Interrupted` if the process is stopping, and
+    let `progress` write how far the file has got."""
+    for count, row in enumerate(rows):
+        if not count % 1000:
+            if stop is not None and stop.is_set():
+                raise Interrupted()
+            if count:
+                progress.reached(count)
+        yield row
+
+
 def run_job(
-    db: Database, store: Store, job_id: uuid.UUID, *, worker: str, settings: JobSettings
+    db: Database,
+    store: Store,
+    job_id: uuid.UUID,
+    *,
+    worker: str,
+    settings: JobSettings,
+    stop: threading.Event | None = None,
 ) -> bool:
-    """Process a claimed job's file; False if another worker holds it now."""
+    """Process a claimed job's file; False if another worker holds it now. Raises
+    `Interrupted` (nothing stored) once `stop` is set."""
     with db.begin() as connection:
         # Wait for the row rather than skip it: another worker's claim_next may hold its
         # lock for a moment (PostgreSQL keeps the lock of a row it re-checked and passed
@@ -175,6 +261,7 @@ def run_job(
                 FileUpload.transaction_id,
                 FileUpload.object_key,
                 FileUpload.content_type,
+                FileUpload.size,
                 Transaction.company_id,
                 Dataset.id.label("dataset_pk"),
                 Dataset.schema_version,
@@ -201,9 +288,15 @@ def run_job(
             coerce=True,
         )
         with store.open(target.object_key) as stream:
-            outcome = file.process(
-                parsers.rows(stream, target.content_type, max_depth=settings.max_depth), check
+            rows = parsers.rows(
+                stream,
+                target.content_type,
+                max_depth=settings.max_depth,
+                compressed_size=target.size or 0,
+                max_expanded=settings.max_expanded,
             )
+            progress = _Progress(db, target.transaction_id)
+            outcome = file.process(_watched(rows, stop=stop, progress=progress), check)
         now = utcnow_ms()
         connection.execute(
             update(Transaction)
@@ -212,6 +305,7 @@ def run_job(
                 status=outcome,
                 schema_version=target.schema_version,
                 completed_at=now,
+                records_processed=file.tally.received,
                 **file.tally.columns(),
             )
         )

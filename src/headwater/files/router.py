@@ -11,7 +11,15 @@ from fastapi import APIRouter, Header, Path, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from headwater.deps import DataRead, DataWrite, ReadSessionDep, RuntimeDep, SessionDep
+from headwater.deps import (
+    DataRead,
+    DataWrite,
+    ReadSessionDep,
+    RuntimeDep,
+    SessionDep,
+    SignedRoute,
+    StrictRoute,
+)
 from headwater.errors import MalformedJSON, NotFound
 from headwater.files import service
 from headwater.files.schemas import QuarantinedRowRead, QuarantineQuery, UploadUrl, UploadUrlQuery
@@ -21,9 +29,9 @@ from headwater.ingestion.service import get_transaction, transaction_view
 from headwater.kit.pagination import Page
 from headwater.kit.responses import json_response
 
-router = APIRouter(prefix="/platform/v1", tags=["data"])
-uploads = APIRouter(tags=["upload (embedded store)"])
-hooks = APIRouter(prefix="/hooks/v1", tags=["storage notifications"])
+router = APIRouter(prefix="/platform/v1", tags=["data"], route_class=StrictRoute)
+uploads = APIRouter(tags=["upload (embedded store)"], route_class=SignedRoute)
+hooks = APIRouter(prefix="/hooks/v1", tags=["storage notifications"], route_class=StrictRoute)
 
 TransactionIdPath = Annotated[uuid.UUID, Path(description="Transaction id.")]
 
@@ -141,6 +149,11 @@ async def put_upload(
         signature=signature,
         content_type=request.headers.get("content-type"),
         content_length=request.headers.get("content-length"),
+        unsigned=tuple(
+            name
+            for name in request.query_params
+            if name not in ("expires", "max_bytes", "signature")
+        ),
     )
     etag = await service.receive_upload(runtime.db, store, put, request.stream())
     runtime.files_queued.set()

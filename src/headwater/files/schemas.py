@@ -38,6 +38,8 @@ class UploadUrlQuery(Input):
             "Others: 415."
         ),
         examples=["text/csv"],
+        # what is supported, as an enum; the answer to anything else is 415, not 400
+        json_schema_extra={"enum": ["text/csv", "application/json", "application/x-ndjson"]},
     )
 
 

@@ -81,6 +81,7 @@ def create_upload_url(
         client_id=dataset.client_id,
         dataset_id=dataset.dataset_id,
         kind="file",
+        channel="upload",
         status="awaiting_upload",
         schema_version=None,
         records_received=0,
@@ -209,12 +210,18 @@ class SignedPut:
     signature: str | None
     content_type: str | None
     content_length: str | None
+    unsigned: tuple[str, ...] = ()  # query parameters the signature does not cover
 
 
 def _check_put(db: Database, store: EmbeddedStore, put: SignedPut) -> Any:
     """The upload a PUT may fill, now `receiving`; else 403 (or 413) saying why."""
     if not (put.expires and put.max_bytes and put.signature):
         raise UploadRefused("The URL lacks its expires, max_bytes or signature parameter.")
+    if put.unsigned:
+        raise UploadRefused(
+            f"The URL's signature does not cover the parameter {put.unsigned[0]!r}; "
+            "send the upload_url exactly as it was given."
+        )
     if not (put.expires.isdigit() and put.max_bytes.isdigit()):
         raise UploadRefused("The URL's signature does not match.")
     try:
@@ -239,11 +246,10 @@ def _check_put(db: Database, store: EmbeddedStore, put: SignedPut) -> Any:
         raise UploadRefused("The URL's signature does not match.")
     if int(put.expires) < utcnow().timestamp():
         raise UploadRefused("The upload URL has expired; ask for a new one.")
-    given = _media_type(put.content_type)
-    if given != upload.content_type:
+    if put.content_type != upload.content_type:  # byte for byte, as S3 compares it
         raise UploadRefused(
             f"Content-Type {put.content_type or '(none)'!r} is not the signed "
-            f"{upload.content_type!r}."
+            f"{upload.content_type!r}; send it exactly as the upload URL's headers say."
         )
     declared = put.content_length
     if declared is not None and declared.isdigit() and int(declared) > int(put.max_bytes):
@@ -542,6 +548,7 @@ def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid
                     "client_id": source.client_id,
                     "dataset_id": source.dataset_id,
                     "kind": "file",
+                    "channel": source.channel,
                     "status": "completed",
                     "schema_version": dataset.schema_version,
                     "file_name": source.file_name,

@@ -28,7 +28,7 @@ class IngestionClient(Base):
     __table_args__ = (Index(None, "company_id", "created_at"),)
 
     client_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    company_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("companies.id"))
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("companies.id"))
     name: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
@@ -43,7 +43,7 @@ class Credential(Base):
     client_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     secret_hash: Mapped[str] = mapped_column(String(200))
     name: Mapped[str] = mapped_column(String(200))
-    company_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("companies.id"))
+    company_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, ForeignKey("companies.id"))
     author_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True, default=uuid.uuid4)
     scopes: Mapped[list[str]] = mapped_column(JSONDocument)
     client_ids: Mapped[list[str]] = mapped_column(JSONDocument)

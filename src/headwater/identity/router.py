@@ -6,7 +6,15 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from headwater.deps import Admin, Authenticated, Paging, ReadSessionDep, SessionDep
+from headwater.deps import (
+    Admin,
+    Authenticated,
+    Paging,
+    ReadSessionDep,
+    RuntimeDep,
+    SessionDep,
+    StrictRoute,
+)
 from headwater.identity import service
 from headwater.identity.schemas import (
     ClientCreate,
@@ -21,8 +29,8 @@ from headwater.identity.schemas import (
 from headwater.kit.pagination import Page
 from headwater.kit.responses import json_response
 
-router = APIRouter(prefix="/admin/v1", tags=["operator"])
-token_info = APIRouter(tags=["identity provider"])
+router = APIRouter(prefix="/admin/v1", tags=["operator"], route_class=StrictRoute)
+token_info = APIRouter(tags=["identity provider"], route_class=StrictRoute)
 
 
 @token_info.get("/platform/v1/whoami", response_model=WhoAmI)
@@ -55,9 +63,13 @@ def get_company(company_id: uuid.UUID, session: ReadSessionDep, _: Admin) -> obj
 
 
 @router.delete("/companies/{company_id}", status_code=status.HTTP_204_NO_CONTENT)
-def revoke_company(company_id: uuid.UUID, session: SessionDep, _: Admin) -> Response:
-    """Revoke a company: none of its credentials can get a new token."""
+def revoke_company(
+    company_id: uuid.UUID, session: SessionDep, _: Admin, runtime: RuntimeDep
+) -> Response:
+    """Revoke a company: none of its credentials gets a new token, and tokens already
+    issued to them answer 401 on every instance within 10 s (at once on this one)."""
     service.revoke_company(session, company_id)
+    runtime.verifier.revoke(company=company_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -132,7 +144,11 @@ def get_credential(client_id: str, session: ReadSessionDep, _: Admin) -> object:
 
 
 @router.delete("/credentials/{client_id}", status_code=status.HTTP_204_NO_CONTENT)
-def revoke_credential(client_id: str, session: SessionDep, _: Admin) -> Response:
-    """Revoke a credential: it gets no new token. Tokens already issued run to `exp`."""
+def revoke_credential(
+    client_id: str, session: SessionDep, _: Admin, runtime: RuntimeDep
+) -> Response:
+    """Revoke a credential: it gets no new token, and tokens already issued to it answer
+    401 on every instance within 10 s (at once on this one)."""
     service.revoke_credential(session, client_id)
+    runtime.verifier.revoke(credential=client_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

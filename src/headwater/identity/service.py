@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import jwt
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,7 +26,7 @@ from headwater.identity.errors import (
 )
 from headwater.identity.models import Company, Credential, IngestionClient, SigningKey
 from headwater.identity.secrets import hash_secret, new_client_id, new_secret, verify_secret
-from headwater.identity.tokens import COMPANY_SCOPES, SCOPES, sign_token
+from headwater.identity.tokens import COMPANY_SCOPES, SCOPES, Revocations, sign_token
 from headwater.kit.clock import utcnow
 from headwater.kit.pagination import PageQuery, paginate
 
@@ -51,9 +52,16 @@ def list_companies(session: Session, *, params: PageQuery) -> tuple[Sequence[Com
 
 
 def revoke_company(session: Session, company_id: uuid.UUID) -> None:
-    """Revoke a company: none of its credentials can get a token any more."""
+    """Revoke a company and with it each of its credentials: none gets a token any more,
+    and each lists with its `revoked_at`."""
     company = get_company(session, company_id)
-    company.revoked_at = company.revoked_at or utcnow()
+    now = utcnow()
+    company.revoked_at = company.revoked_at or now
+    session.execute(
+        update(Credential)
+        .where(Credential.company_id == company_id, Credential.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
     session.commit()
 
 
@@ -193,6 +201,16 @@ def list_credentials(
     get_company(session, company_id)
     query = select(Credential).where(Credential.company_id == company_id)
     return paginate(session, query, Credential.created_at, Credential.client_id, params=params)
+
+
+def revocations(session: Session, *, since: datetime) -> Revocations:
+    """Credentials revoked since `since` (tokens older than that have expired anyway) and
+    every revoked company: what the token verifier refuses."""
+    credentials = session.scalars(
+        select(Credential.client_id).where(Credential.revoked_at >= since)
+    ).all()
+    companies = session.scalars(select(Company.id).where(Company.revoked_at.is_not(None))).all()
+    return Revocations(credentials=frozenset(credentials), companies=frozenset(companies))
 
 
 def revoke_credential(session: Session, client_id: str) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import json
 from typing import Any
 from urllib.parse import parse_qs, unquote_plus
 
@@ -12,13 +12,15 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from headwater.deps import RuntimeDep
+from headwater.deps import RuntimeDep, StrictRoute
 from headwater.identity import service
 from headwater.identity.errors import OAuthError
 from headwater.identity.schemas import OAuthErrorBody, TokenRequest, TokenResponse
 from headwater.identity.tokens import GRANT_TYPE, SCOPES
+from headwater.kit import strictjson
+from headwater.kit.gate import GateFull
 
-router = APIRouter(tags=["identity provider"])
+router = APIRouter(tags=["identity provider"], route_class=StrictRoute)
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _FIELDS = ("grant_type", "client_id", "client_secret", "audience", "scope")
@@ -47,16 +49,29 @@ def _oauth_errors() -> dict[int | str, dict[str, Any]]:
     }
 
 
+REFUSAL_PAUSE_SECONDS = 1.0
+
+
+def _too_many_failures() -> OAuthError:
+    return OAuthError(
+        "temporarily_unavailable",
+        "Too many failed token requests from this address; retry in a minute.",
+        status=429,
+        headers={"Retry-After": "60"},
+    )
+
+
 async def _parameters(request: Request) -> dict[str, str]:
     """The token request's parameters from a JSON or form body plus HTTP Basic."""
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     raw = await request.body()
     params: dict[str, Any]
     if media_type == "application/json":
+        settings = request.app.state.runtime.settings
         try:
-            params = json.loads(raw or b"null")
-        except (ValueError, UnicodeDecodeError):
-            raise OAuthError("invalid_request", "The body is not valid JSON.") from None
+            params = strictjson.loads(raw or b"null", max_depth=settings.max_json_depth)
+        except strictjson.StrictJSONError as exc:
+            raise OAuthError("invalid_request", f"The body is not accepted JSON: {exc}.") from None
         if not isinstance(params, dict):
             raise OAuthError("invalid_request", "The JSON body must be an object.")
     elif media_type == "application/x-www-form-urlencoded":
@@ -77,6 +92,11 @@ async def _parameters(request: Request) -> dict[str, str]:
     wrong = sorted(k for k, v in values.items() if not isinstance(v, str))
     if wrong:
         raise OAuthError("invalid_request", f"Parameters must be strings: {', '.join(wrong)}.")
+    with_nul = sorted(k for k, v in values.items() if "\x00" in v)
+    if with_nul:
+        raise OAuthError(
+            "invalid_request", f"Parameters hold a NUL (U+0000) character: {', '.join(with_nul)}."
+        )
     basic = _basic_credentials(request.headers.get("authorization"))
     if basic is not None:
         if "client_secret" in values:
@@ -145,9 +165,16 @@ async def token(request: Request, runtime: RuntimeDep) -> JSONResponse:
             status=429,
             headers=decision.headers(),
         )
+    address = request.client.host if request.client else "unknown"
+    if runtime.token_failures.refused(address):
+        # answered after a pause (a tarpit): a client looping on refusals from one
+        # connection sends one request a second instead of thousands
+        await asyncio.sleep(REFUSAL_PAUSE_SECONDS)
+        raise _too_many_failures()
 
     def issue() -> service.TokenGrant:
-        with runtime.db.session() as session:
+        # a read session: on SQLite it never waits for the writer (a file being stored)
+        with runtime.db.read_session() as session:
             return service.issue_token(
                 session,
                 runtime.settings,
@@ -157,7 +184,19 @@ async def token(request: Request, runtime: RuntimeDep) -> JSONResponse:
                 scope=params.get("scope"),
             )
 
-    grant = await run_in_threadpool(issue)
+    try:
+        grant = await runtime.secret_checks.run(issue)
+    except GateFull:
+        raise OAuthError(
+            "temporarily_unavailable",
+            "The token endpoint is busy; retry in 1 s.",
+            status=429,
+            headers={"Retry-After": "1"},
+        ) from None
+    except OAuthError as refused:
+        if refused.error == "invalid_client":
+            await runtime.token_failures.failed(address)
+        raise
     runtime.verifier.keys.remember(grant.public_jwk)
     body = TokenResponse(
         access_token=grant.access_token, expires_in=grant.expires_in, scope=grant.scope

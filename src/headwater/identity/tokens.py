@@ -104,8 +104,26 @@ _DECODE_ERRORS: list[tuple[type[Exception], str]] = [
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class Revocations:
+    """Credentials (token `sub`) and companies revoked: their tokens no longer verify.
+    Held in memory, refreshed from the database in the background (`revocations`)."""
+
+    credentials: frozenset[str] = frozenset()
+    companies: frozenset[uuid.UUID] = frozenset()
+
+    def covers(self, principal: Principal) -> bool:
+        return principal.subject in self.credentials or (
+            principal.company_id is not None and principal.company_id in self.companies
+        )
+
+
+REVOKED = "The token's credential or company has been revoked."
+
+
 class TokenVerifier:
-    """Checks a bearer token's signature, algorithm, issuer, audience and times."""
+    """Checks a bearer token's signature, algorithm, issuer, audience and times, and
+    that neither its credential nor its company is revoked."""
 
     def __init__(
         self,
@@ -123,7 +141,15 @@ class TokenVerifier:
         self.algorithms = [a for a in algorithms if not a.upper().startswith(("HS", "NONE"))]
         self.claim_map = dict(claim_map)
         self.leeway = leeway
+        self.revoked = Revocations()
         self._verified: dict[str, _Verified] = {}
+
+    def revoke(self, *, credential: str | None = None, company: uuid.UUID | None = None) -> None:
+        """Revoke at once in this process (other processes learn it at their next refresh)."""
+        self.revoked = Revocations(
+            credentials=self.revoked.credentials | ({credential} if credential else set()),
+            companies=self.revoked.companies | ({company} if company else set()),
+        )
 
     async def verify(self, token: str) -> Principal:
         """The principal of a valid token; raises InvalidToken otherwise.
@@ -135,9 +161,13 @@ class TokenVerifier:
         if hit is not None and hit.generation == self.keys.generation:
             now = time.time()
             if hit.not_before - self.leeway <= now <= hit.expires + self.leeway:
+                if self.revoked.covers(hit.principal):
+                    raise InvalidToken(REVOKED)
                 return hit.principal
             del self._verified[token]
         principal, claims = await self._verify(token)
+        if self.revoked.covers(principal):
+            raise InvalidToken(REVOKED)
         if len(self._verified) >= VERIFIED_CACHE_SIZE:
             del self._verified[next(iter(self._verified))]  # the oldest entry
         self._verified[token] = _Verified(
@@ -149,6 +179,8 @@ class TokenVerifier:
         return principal
 
     async def _verify(self, token: str) -> tuple[Principal, dict[str, Any]]:
+        if "=" in token:  # RFC 7515: base64url without padding
+            raise InvalidToken("The token is not a well-formed JWT (base64url has no padding).")
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -180,6 +212,10 @@ class TokenVerifier:
                 "The token is invalid.",
             )
             raise InvalidToken(detail) from None
+        for name in ("exp", "iat", "nbf"):  # RFC 7519 NumericDate: a JSON number
+            value = claims.get(name)
+            if name in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise InvalidToken(f"The token's {name} claim is not a NumericDate.")
         return self._principal(claims), claims
 
     def _claim(self, claims: Mapping[str, Any], name: str) -> Any:

@@ -27,6 +27,8 @@ from headwater.ingestion.errors import (
     DatasetNotFound,
     IncompatibleSchema,
     InvalidSchema,
+    SchemaTooLarge,
+    SchemaUnusable,
 )
 from headwater.ingestion.models import Dataset, DatasetSchema, Record
 from headwater.ingestion.schemas import (
@@ -76,8 +78,12 @@ def compiled(
             )
         ).one()
         parsed = DatasetOptions.model_validate(options)
+        try:
+            validator = validation.compile_schema(schema)
+        except validation.SchemaUnusable as exc:
+            raise SchemaUnusable(version, str(exc)) from None
         return Compiled(
-            validator=validation.compile_schema(schema),
+            validator=validator,
             batch=validation.compile_batch(schema),
             normaliser=normalise.compile_normaliser(schema, parsed.normalisation(coerce=coerce)),
         )
@@ -252,7 +258,13 @@ def _client(session: Session, client_id: str) -> IngestionClient:
     return client
 
 
-def _checked(schema: dict[str, Any]) -> validation.Validator:
+def _checked(schema: dict[str, Any], *, max_bytes: int) -> validation.Validator:
+    size = len(orjson.dumps(schema))
+    if size > max_bytes:
+        raise SchemaTooLarge(
+            f"The schema's JSON is {size} bytes; at most {max_bytes} are accepted "
+            "(HEADWATER_MAX_SCHEMA_BYTES)."
+        )
     problems = validation.schema_problems(schema)
     if problems:
         raise InvalidSchema(problems)
@@ -330,10 +342,11 @@ def register(
     dataset_id: str,
     schema: dict[str, Any],
     options: DatasetOptions,
+    max_schema_bytes: int,
 ) -> DatasetRead:
     """Register a dataset with its first schema version."""
     client = _client(session, client_id)
-    _checked(schema)
+    _checked(schema, max_bytes=max_schema_bytes)
     exists = session.scalar(
         select(func.count())
         .select_from(Dataset)
@@ -396,17 +409,21 @@ def add_version(
     client_id: str,
     dataset_id: str,
     schema: dict[str, Any],
+    max_schema_bytes: int,
 ) -> DatasetRead:
     """Add a schema version; under `backward` it must accept what the previous one did."""
     client = _client(session, client_id)
-    validator = _checked(schema)
+    validator = _checked(schema, max_bytes=max_schema_bytes)
     dataset = find(session, client_id=client_id, dataset_id=dataset_id, lock=True)
     if dataset.options.get("compatibility", "backward") == "backward":
         problems = _incompatibilities(session, dataset, validator)
         if problems:
             raise IncompatibleSchema(
-                f"The new schema refuses {len(problems)} thing(s) the current version "
-                f"{dataset.schema_version} accepts (compatibility is backward).",
+                f"The new schema refuses what version {dataset.schema_version} accepts "
+                f"(compatibility is backward): {len(problems)} "
+                f"{'problem' if len(problems) == 1 else 'problems'} with its examples or the "
+                "last stored records, listed in `errors`. Make the new schema accept them, "
+                "or set the dataset's compatibility to none.",
                 errors=problems[: validation.MAX_LISTED_ERRORS],
                 extra={"error_count": len(problems)},
             )

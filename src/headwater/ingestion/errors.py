@@ -54,6 +54,25 @@ class InvalidSchema(BadRequest):
         )
 
 
+class SchemaTooLarge(PayloadTooLarge):
+    code = "schema_too_large"
+    title = "Schema too large"
+
+
+class SchemaUnusable(Conflict):
+    """A stored schema version this service cannot compile (one registered before
+    references were confined to the schema): the operator must add a new version."""
+
+    code = "schema_unusable"
+    title = "Dataset schema unusable"
+
+    def __init__(self, version: int, reason: str) -> None:
+        super().__init__(
+            f"Schema version {version} of this dataset cannot be used ({reason}); "
+            "ask the operator to register a new version."
+        )
+
+
 class IncompatibleSchema(Conflict):
     code = "incompatible_schema"
     title = "Incompatible schema"
@@ -102,7 +121,8 @@ class RecordsInvalid(DomainError):
         self, *, transaction_id: uuid.UUID, error_count: int, errors: Sequence[Mapping[str, Any]]
     ) -> None:
         super().__init__(
-            f"{error_count} validation error(s); nothing was stored.",
+            f"{error_count} validation {'error' if error_count == 1 else 'errors'}; "
+            "nothing was stored.",
             errors=errors,
             extra={"transaction_id": str(transaction_id), "error_count": error_count},
         )

@@ -94,7 +94,10 @@ class PushQueue:
         client_id, dataset_id, records = service.envelope(body, limits=limits)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[service.Answer] = loop.create_future()
-        self._waiting.append((service.SmallPush(caller, client_id, dataset_id, records), answer))
+        push = service.SmallPush(
+            caller, client_id, dataset_id, records, nul=service.may_hold_nul(body)
+        )
+        self._waiting.append((push, answer))
         if len(self._writers) < WRITERS:
             self._writers.add(loop.create_task(self._write()))
         return await answer

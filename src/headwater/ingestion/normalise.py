@@ -54,12 +54,16 @@ class Options:
     coerce_types: bool = False
     drop_unknown_fields: bool = False
     field_map: Mapping[str, str] = field(default_factory=dict)
+    # files (every channel): an empty cell of a string field that "" could never pass
+    # (one with `format`, `pattern` or `minLength`) is an absent member
+    empty_cells_absent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class _Field:
     types: frozenset[str]
     date_time: bool
+    blank_absent: bool  # a string field that "" cannot pass: format, pattern or minLength
     default: Any
     shape: _Object | None
     items: _Field | None
@@ -99,6 +103,8 @@ def _compile_field(schema: Mapping[str, Any]) -> _Field:
     return _Field(
         types=_types(schema),
         date_time=schema.get("format") == "date-time",
+        blank_absent="string" in _types(schema)
+        and ("format" in schema or "pattern" in schema or schema.get("minLength", 0) != 0),
         default=schema.get("default", _ABSENT),
         shape=_compile_object(schema),
         items=_compile_field(items) if isinstance(items, dict) else None,
@@ -186,6 +192,7 @@ class Normaliser:
         "coerce",
         "dates",
         "drop",
+        "empty_absent",
         "field_map",
         "item_texts",
         "root",
@@ -198,6 +205,7 @@ class Normaliser:
         self.root = root
         self.trim = options.trim_strings
         self.coerce = options.coerce_types
+        self.empty_absent = options.empty_cells_absent
         self.drop = options.drop_unknown_fields
         self.field_map = dict(options.field_map)
         # per object shape, per field: what a text value becomes (CSV values are all text)
@@ -217,17 +225,29 @@ class Normaliser:
     def _index(self, shape: _Object | None) -> None:
         if shape is None or id(shape) in self.texts:
             return
-        self.texts[id(shape)] = {
-            name: _text_rule(rule, trim=self.trim, coerce=self.coerce)
-            for name, rule in shape.fields.items()
-        }
+        self.texts[id(shape)] = {name: self._text(rule) for name, rule in shape.fields.items()}
         for rule in shape.fields.values():
             self._index(rule.shape)
             item = rule.items
             while item is not None:
-                self.item_texts[id(item)] = _text_rule(item, trim=self.trim, coerce=self.coerce)
+                self.item_texts[id(item)] = self._text(item)
                 self._index(item.shape)
                 item = item.items
+
+    def _text(self, rule: _Field) -> Callable[[str], Any]:
+        """What a text value of this field becomes (`_text_rule`), and for a file's empty
+        cell of a field that "" cannot pass, nothing (`empty_cells_absent`)."""
+        made = _text_rule(rule, trim=self.trim, coerce=self.coerce)
+        if not (self.empty_absent and rule.blank_absent):
+            return made
+        trim = self.trim
+
+        def absent_when_empty(value: str) -> Any:
+            if (value.strip() if trim else value) == "":
+                return _ABSENT
+            return made(value)
+
+        return absent_when_empty
 
     def with_json(self, record: Record) -> tuple[Record, str | None]:
         """`self(record)`, and the record's JSON text when normalising leaves it as it is:
@@ -261,6 +281,8 @@ class Normaliser:
         if kind is str:
             if self.trim:
                 value = value.strip()
+            if value == "" and self.empty_absent and rule.blank_absent:
+                return _ABSENT
             if self.coerce and rule.types and "string" not in rule.types:
                 value = coerce_value(value, rule.types)
                 if type(value) is not str:
@@ -279,8 +301,9 @@ class Normaliser:
                 values = [
                     text(item) if type(item) is str else self._value(item, items) for item in value
                 ]
-                # only coercion drops a value (an empty text)
-                return [v for v in values if v is not _ABSENT] if self.coerce else values
+                # only coercion and empty cells drop a value (an empty text)
+                dropping = self.coerce or self.empty_absent
+                return [v for v in values if v is not _ABSENT] if dropping else values
             return _trim(value) if self.trim else value
         if self.coerce and rule.types:
             return coerce_value(value, rule.types)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from datetime import timedelta
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
@@ -15,9 +18,11 @@ from headwater.deps import (
     DataRead,
     DataWrite,
     Paging,
+    ReaderDep,
     ReadSessionDep,
     RuntimeDep,
     SessionDep,
+    StrictRoute,
 )
 from headwater.ingestion import datasets, service
 from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON
@@ -36,16 +41,25 @@ from headwater.ingestion.schemas import (
     TransactionQuery,
     TransactionRead,
 )
+from headwater.kit.context import request_id_var
 from headwater.kit.pagination import Page
 from headwater.kit.responses import json_response
 from headwater.runtime import Runtime
 
-router = APIRouter(prefix="/platform/v1", tags=["data"])
-admin = APIRouter(prefix="/admin/v1", tags=["operator: datasets"])
+router = APIRouter(prefix="/platform/v1", tags=["data"], route_class=StrictRoute)
+admin = APIRouter(prefix="/admin/v1", tags=["operator: datasets"], route_class=StrictRoute)
 
 NDJSON = "application/x-ndjson"
 ClientIdPath = Annotated[str, Path(description="Ingestion client id.")]
 DatasetIdPath = Annotated[str, Path(description="Dataset id, unique within its client.")]
+
+
+def with_request_id(problem: bytes) -> bytes:
+    """A problem body with this request's `request_id` (every problem carries one)."""
+    request_id = request_id_var.get()
+    if request_id is None:
+        return problem
+    return orjson.dumps(orjson.loads(problem) | {"request_id": request_id})
 
 
 async def json_body(request: Request) -> bytes:
@@ -147,18 +161,44 @@ async def push_json(caller: DataWrite, request: Request) -> Response:
     )
     media = "application/json" if answer.status == 200 else "application/problem+json"
     headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
-    return Response(answer.body, status_code=answer.status, media_type=media, headers=headers)
+    body = answer.body
+    if answer.status != 200 and not answer.replayed:
+        # a group's answers are written by its writer task, outside this request's context
+        body = with_request_id(body)
+    return Response(body, status_code=answer.status, media_type=media, headers=headers)
 
 
 @router.get("/transactions/{transaction_id}", response_model=TransactionRead)
-def get_transaction(
+async def get_transaction(
     transaction_id: Annotated[uuid.UUID, Path(description="Transaction id.")],
-    session: ReadSessionDep,
+    read: ReaderDep,
     caller: DataRead,
+    wait: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=30,
+            description="Seconds to wait for the status to change (0-30, default 0): a "
+            "transaction still `awaiting_upload` or `processing` is answered as soon as its "
+            "status changes, or when the time is up, whichever comes first. No database "
+            "connection is held while waiting.",
+        ),
+    ] = 0,
 ) -> object:
-    """What happened to one push or file: status, counts, errors, times."""
-    transaction = service.get_transaction(session, caller, transaction_id)
-    return json_response(service.transaction_view(transaction))
+    """What happened to one push or file: status, counts, errors, times; while a file is
+    `processing`, `records_processed` says how far it has got."""
+    view = await read(service.transaction_read, caller, transaction_id)
+    deadline = time.monotonic() + wait
+    status = view.status
+    while status in service.PENDING_STATUSES and time.monotonic() < deadline:
+        await asyncio.sleep(min(WAIT_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        view = await read(service.transaction_read, caller, transaction_id)
+        if view.status != status:
+            break
+    return json_response(view)
+
+
+WAIT_POLL_SECONDS = 0.25
 
 
 @router.get(
@@ -240,7 +280,12 @@ def get_dataset(
 # --- operator: the registry -------------------------------------------------------------------
 
 REGISTRY_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "Not a valid draft-06 schema, another draft, or a failing example."},
+    400: {
+        "description": "Not a valid draft-06 schema, another draft, a failing example, a "
+        "`$ref` that points outside the schema (only `#...` is accepted), or over a cost "
+        "bound (an `enum` of more than 10,000 values, more than 10,000 subschemas)."
+    },
+    413: {"description": "The schema's JSON is over `HEADWATER_MAX_SCHEMA_BYTES` (512 KiB)."},
 }
 
 
@@ -251,7 +296,11 @@ REGISTRY_ERRORS: dict[int | str, dict[str, Any]] = {
     responses=REGISTRY_ERRORS | {409: {"description": "The client has that dataset id."}},
 )
 def register_dataset(
-    client_id: ClientIdPath, body: DatasetCreate, session: SessionDep, caller: Admin
+    client_id: ClientIdPath,
+    body: DatasetCreate,
+    session: SessionDep,
+    caller: Admin,
+    runtime: RuntimeDep,
 ) -> object:
     """Register a dataset with its first schema version (draft-06) and options."""
     created = datasets.register(
@@ -261,6 +310,7 @@ def register_dataset(
         dataset_id=body.dataset_id,
         schema=body.schema_,
         options=body.options,
+        max_schema_bytes=runtime.settings.max_schema_bytes,
     )
     return json_response(created, status_code=status.HTTP_201_CREATED)
 
@@ -282,6 +332,7 @@ def add_schema_version(
     body: SchemaUpdate,
     session: SessionDep,
     caller: Admin,
+    runtime: RuntimeDep,
 ) -> object:
     """Add a schema version; it becomes current. Earlier versions are kept."""
     updated = datasets.add_version(
@@ -290,6 +341,7 @@ def add_schema_version(
         client_id=client_id,
         dataset_id=dataset_id,
         schema=body.schema_,
+        max_schema_bytes=runtime.settings.max_schema_bytes,
     )
     return json_response(updated)
 

@@ -51,15 +51,20 @@ class DatasetOptions(Input):
     invalid_rows: Literal["reject", "quarantine"] = Field(
         "reject", description="What a file's invalid rows do (file uploads)."
     )
-    trim_strings: bool = Field(True, description="Trim surrounding whitespace of strings.")
+    trim_strings: bool = Field(
+        True, strict=True, description="Trim surrounding whitespace of strings."
+    )
     coerce_types: bool = Field(
         False,
+        strict=True,
         description=(
             'Lossless coercion of JSON pushes to the schema\'s types ("42" → 42). '
             "Files always coerce."
         ),
     )
-    drop_unknown_fields: bool = Field(False, description="Drop members the schema does not name.")
+    drop_unknown_fields: bool = Field(
+        False, strict=True, description="Drop members the schema does not name."
+    )
     field_map: dict[str, str] = Field(
         default_factory=dict,
         description="Rename source members to schema fields: `{source: field}`.",
@@ -67,11 +72,14 @@ class DatasetOptions(Input):
     )
 
     def normalisation(self, *, coerce: bool | None = None) -> normalise.Options:
+        """The normaliser's options. `coerce=True` is what files ask for (every CSV value
+        is text): they always coerce, and an empty cell is an absent member."""
         return normalise.Options(
             trim_strings=self.trim_strings,
             coerce_types=self.coerce_types if coerce is None else coerce,
             drop_unknown_fields=self.drop_unknown_fields,
             field_map=dict(self.field_map),
+            empty_cells_absent=coerce is True,
         )
 
 
@@ -140,8 +148,11 @@ class PushIn(Input):
 
     client_id: ClientId
     dataset_id: DatasetId
-    data: dict[str, Any] | list[dict[str, Any]] = Field(
-        examples=[[{"order_id": "A-1", "amount": 12.5}]]
+    data: dict[str, Any] | Annotated[list[dict[str, Any]], Field(min_length=1, max_length=1000)] = (
+        Field(
+            description="One record, or a batch of 1-1000 (`HEADWATER_MAX_BATCH_RECORDS`).",
+            examples=[[{"order_id": "A-1", "amount": 12.5}]],
+        )
     )
 
 
@@ -167,14 +178,29 @@ class RecordError(Output):
 # --- transactions and records -------------------------------------------------------------
 
 
+Channel = Literal["api", "upload", "sftp", "email"]
+
+
 class TransactionRead(Output):
     transaction_id: uuid.UUID = Field(validation_alias="id")
     kind: Literal["json", "file"]
+    channel: Channel = Field(
+        description="The door it came through: `api` (push JSON), `upload` (presigned "
+        "URL), `sftp` or `email`.",
+        examples=["api"],
+    )
     client_id: str
     dataset_id: str
     schema_version: int | None
     status: TransactionStatus
     records_received: int
+    records_processed: int | None = Field(
+        None,
+        description="Files: rows read so far. While `processing` it grows (written every "
+        "2 s or so on PostgreSQL; SQLite, with one writer, shows it when the file is "
+        "final); null before processing starts; once final, equal to `records_received`.",
+        examples=[120000],
+    )
     records_accepted: int
     records_rejected: int
     error_count: int
@@ -196,6 +222,7 @@ class TransactionQuery(PageQuery):
     client_id: ClientId | None = None
     dataset_id: DatasetId | None = None
     status: TransactionStatus | None = None
+    channel: Channel | None = Field(None, description="Only transactions of this channel.")
     created_after: InputDateTime | None = Field(None, description="Created at or after.")
     created_before: InputDateTime | None = Field(None, description="Created before.")
 
@@ -223,6 +250,8 @@ def _field_filter(value: object) -> object:
         raise ValueError(f"is not acceptable JSON: {exc.message}") from None
     if not isinstance(parsed, dict) or not 1 <= len(parsed) <= MAX_FILTER_FIELDS:
         raise ValueError(f"must be a JSON object of 1-{MAX_FILTER_FIELDS} members")
+    if any("\x00" in key or (isinstance(v, str) and "\x00" in v) for key, v in parsed.items()):
+        raise ValueError("must not contain NUL (U+0000) characters")
     return parsed
 
 

@@ -72,15 +72,18 @@ class Answer:
 # --- push -------------------------------------------------------------------------------------
 
 
+def may_hold_nul(body: bytes) -> bool:
+    """Whether a strict JSON body can hold U+0000 in a string: only escaped (`\\u0000`), as
+    JSON allows no raw control character in a string. One C-speed search."""
+    return b"\\u0000" in body
+
+
 def envelope(body: bytes, *, limits: Limits) -> tuple[str, str, list[Any]]:
     """The envelope's members, checked; the records as a list (one object is a batch of 1)."""
     try:
         document = strictjson.loads(body, max_depth=limits.max_depth)
     except strictjson.StrictJSONError as exc:
-        raise MalformedJSON(
-            f"The request body is not acceptable JSON: {exc.message}.",
-            errors=[{"location": "body", "field": "", "message": exc.message}],
-        ) from None
+        raise MalformedJSON.of(exc) from None
     if not isinstance(document, dict):
         raise InvalidEnvelope([("", "the body must be a JSON object")])
     problems: list[tuple[str, str]] = [
@@ -246,15 +249,22 @@ class _Checked:
 
 
 def _check(
-    caller: Principal, client_id: str, dataset_id: str, records: list[Any], target: _Target
+    caller: Principal,
+    client_id: str,
+    dataset_id: str,
+    records: list[Any],
+    target: _Target,
+    *,
+    nul: bool,
 ) -> _Checked:
-    """Normalise and validate the records (no database work)."""
+    """Normalise and validate the records (no database work). `nul`: the body may hold
+    U+0000, which no record may (keyword `characters`)."""
     company_id = caller.actor.company_id
     # each record normalised, with its JSON text when normalising left it as it was
     normalised = list(map(target.compiled.normaliser.with_json, records))
     cleaned = [record for record, _ in normalised]
     error_count, errors = validation.batch_errors(
-        target.compiled.validator, cleaned, batch=target.compiled.batch
+        target.compiled.validator, cleaned, batch=target.compiled.batch, characters=nul
     )
 
     transaction_id = uuid.uuid4()
@@ -266,6 +276,7 @@ def _check(
         "client_id": client_id,
         "dataset_id": dataset_id,
         "kind": "json",
+        "channel": "api",
         "status": "rejected" if error_count else "completed",
         "schema_version": target.version,
         "records_received": len(records),
@@ -359,7 +370,7 @@ def push(
                 return replay
         target = _target(connection, caller, client_id, dataset_id)
 
-    checked = _check(caller, client_id, dataset_id, records, target)
+    checked = _check(caller, client_id, dataset_id, records, target, nul=may_hold_nul(body))
     answer, transaction_id = checked.answer, checked.transaction["id"]
     if idempotency_key is None:
         with db.atomic() as connection:
@@ -402,6 +413,7 @@ class SmallPush:
     client_id: str
     dataset_id: str
     records: list[Any]
+    nul: bool = False  # `may_hold_nul` of its body
 
 
 def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | DomainError]:
@@ -501,7 +513,7 @@ def _check_group(
         if compiled is None:
             raise _NotCompiled
         target = _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
-        one = _check(push.caller, *pair, push.records, target)
+        one = _check(push.caller, *pair, push.records, target, nul=push.nul)
         checked.append(one)
         outcomes.append(one.answer)
     return outcomes, checked
@@ -546,6 +558,8 @@ def list_transactions(
         statement = statement.where(Transaction.dataset_id == query.dataset_id)
     if query.status is not None:
         statement = statement.where(Transaction.status == query.status)
+    if query.channel is not None:
+        statement = statement.where(Transaction.channel == query.channel)
     if query.created_after is not None:
         statement = statement.where(Transaction.created_at >= query.created_after)
     if query.created_before is not None:
@@ -553,8 +567,22 @@ def list_transactions(
     return paginate(session, statement, Transaction.created_at.desc(), Transaction.id, params=query)
 
 
+PENDING_STATUSES = frozenset({"awaiting_upload", "processing"})
+
+
+def transaction_read(
+    session: Session, caller: Principal, transaction_id: uuid.UUID
+) -> TransactionRead:
+    """One transaction as `GET /platform/v1/transactions/{id}` answers it (404 if not
+    the caller's)."""
+    return transaction_view(get_transaction(session, caller, transaction_id))
+
+
 def transaction_view(transaction: Transaction) -> TransactionRead:
-    return TransactionRead.model_validate(transaction, from_attributes=True)
+    view = TransactionRead.model_validate(transaction, from_attributes=True)
+    if view.records_processed is None and view.status not in PENDING_STATUSES:
+        view.records_processed = view.records_received  # final: every row was read
+    return view
 
 
 # --- records ----------------------------------------------------------------------------------

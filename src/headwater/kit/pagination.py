@@ -6,10 +6,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import orjson
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from sqlalchemy import ColumnElement, Integer, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
@@ -26,6 +26,18 @@ DEFAULT_PAGE_SIZE = 20
 MAX_PAGE = 10_000_000
 
 
+def _digits(value: object) -> object:
+    """A query's integer is written in digits: `19.0`, `1e1` and `true` are not one."""
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError("must be a whole number written in digits")
+    if isinstance(value, bool | float):
+        raise ValueError("must be a whole number")
+    return value
+
+
+Digits = Annotated[int, BeforeValidator(_digits)]
+
+
 class PageQuery(Input):
     """`page` and `page_size` of every list: query parameters, or built by a service.
 
@@ -33,8 +45,8 @@ class PageQuery(Input):
     subclass it.
     """
 
-    page: int = Field(0, ge=0, le=MAX_PAGE, description="Page number, from 0.", examples=[0])
-    page_size: int = Field(
+    page: Digits = Field(0, ge=0, le=MAX_PAGE, description="Page number, from 0.", examples=[0])
+    page_size: Digits = Field(
         DEFAULT_PAGE_SIZE,
         ge=1,
         le=MAX_PAGE_SIZE,

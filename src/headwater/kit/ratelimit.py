@@ -149,7 +149,38 @@ class RedisRateLimiter:
         await self._redis.aclose()
 
 
-def make_rate_limiter(*, redis_url: str | None, rate: float, burst: int) -> RateLimiter:
+def make_rate_limiter(
+    *, redis_url: str | None, rate: float, burst: int, prefix: str = "hw:rl:"
+) -> RateLimiter:
     if redis_url:
-        return RedisRateLimiter(redis_url, rate=rate, burst=burst)
+        return RedisRateLimiter(redis_url, rate=rate, burst=burst, prefix=prefix)
     return MemoryRateLimiter(rate=rate, burst=burst)
+
+
+class FailureLimit:
+    """Failures counted per key (a client address) in a token bucket; a key whose bucket
+    is empty is refused for `block_seconds` without any further work (no hash checked).
+    The bucket is shared through Redis when the limiter is; the refusal is this process's."""
+
+    MAX_BLOCKED = 100_000
+
+    def __init__(self, limiter: RateLimiter, *, block_seconds: float = 60.0) -> None:
+        self._limiter = limiter
+        self._block = block_seconds
+        self._blocked: dict[str, float] = {}
+
+    def refused(self, key: str) -> bool:
+        return self._blocked.get(key, 0.0) > time.monotonic()
+
+    async def failed(self, key: str) -> None:
+        decision = await self._limiter.hit(key)
+        if decision.allowed:
+            return
+        now = time.monotonic()
+        if len(self._blocked) >= self.MAX_BLOCKED:
+            self._blocked = {k: until for k, until in self._blocked.items() if until > now}
+        if len(self._blocked) < self.MAX_BLOCKED:
+            self._blocked[key] = now + self._block
+
+    async def close(self) -> None:
+        await self._limiter.close()

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
+
+from headwater.kit.strictjson import has_nul
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_has_nul(v) for v in value)
-    return False
+def _json_integer(value: Any) -> Any:
+    """An integer as JSON Schema counts one: a number with no fractional part (`19.0`
+    included), never a boolean or a string."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a JSON integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a whole number")
+        return int(value)
+    return value
+
+
+JSONInt = Annotated[int, BeforeValidator(_json_integer)]
 
 
 class Input(BaseModel):
@@ -27,7 +34,7 @@ class Input(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
-        if _has_nul(value):
+        if has_nul(value):
             raise ValueError("must not contain NUL (U+0000) characters")
         return value
 

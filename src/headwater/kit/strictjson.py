@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Iterator
 from itertools import accumulate
 from typing import Any
 
@@ -25,12 +26,18 @@ _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class StrictJSONError(ValueError):
-    """Why a document is refused; `position` is a byte offset when one is known."""
+    """Why a document is refused; `position` is a byte offset when one is known.
+    `keyword` is `depth` for nesting past the limit, else `json`."""
 
-    def __init__(self, message: str, *, position: int | None = None) -> None:
+    def __init__(self, message: str, *, position: int | None = None, keyword: str = "json") -> None:
         super().__init__(message)
         self.message = message
         self.position = position
+        self.keyword = keyword
+
+
+def too_deep(max_depth: int) -> StrictJSONError:
+    return StrictJSONError(f"nesting is deeper than {max_depth} levels", keyword="depth")
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -133,17 +140,19 @@ def loads(body: bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     structure = _structure(body)
     escapes = b"\\" in structure
     escaped_quote = escapes and b'\\"' in body
+    if escapes:
+        structure = structure.replace(b"\\", b"")
+    # No deeper than it has brackets: most bodies are told apart by two counts. Without an
+    # escaped quote the depth is told before parsing, so a deep body costs no parse at all.
+    deep = structure.count(b"[") + structure.count(b"{") > max_depth
+    if deep and not escaped_quote and _bracket_depth(structure) > max_depth:
+        raise too_deep(max_depth)
     value = _UNSURE if escaped_quote else _quick(body, structure)
     if value is _UNSURE:
         value = _strict(body, max_depth)
-    if escapes:
-        structure = structure.replace(b"\\", b"")
-    # No deeper than it has brackets: most bodies are told apart by two counts.
-    if structure.count(b"[") + structure.count(b"{") > max_depth:
-        # with an escaped quote, the quotes do not alternate: only a walk can tell
-        nesting = depth(value, stop_after=max_depth) if escaped_quote else _bracket_depth(structure)
-        if nesting > max_depth:
-            raise StrictJSONError(f"nesting is deeper than {max_depth} levels")
+    # with an escaped quote, the quotes do not alternate: only a walk can tell
+    if deep and escaped_quote and depth(value, stop_after=max_depth) > max_depth:
+        raise too_deep(max_depth)
     return value
 
 
@@ -165,7 +174,10 @@ def _quick(body: bytes, structure: bytes) -> Any:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _UNSURE  # the strict parser says what is wrong
-    written = orjson.dumps(value)
+    try:
+        written = orjson.dumps(value)
+    except orjson.JSONEncodeError:  # nested past orjson's writing limit (254 levels)
+        return _UNSURE
     if b'\\"' in written or written.count(b'"') != structure.count(b'"'):
         return _UNSURE
     return value
@@ -188,7 +200,7 @@ def _strict(body: bytes, max_depth: int) -> Any:
             f"{exc.msg} at line {exc.lineno} column {exc.colno}", position=exc.pos
         ) from None
     except RecursionError:
-        raise StrictJSONError(f"nesting is deeper than {max_depth} levels") from None
+        raise too_deep(max_depth) from None
     except ValueError as exc:  # int() refusing thousands of digits
         raise StrictJSONError(str(exc)) from None
     if _SURROGATE.search(body):
@@ -211,7 +223,7 @@ def raw_decode(text: str, pos: int, *, max_depth: int = MAX_DEPTH) -> tuple[Any,
     try:
         value, end = _decoder.raw_decode(text, pos)
     except RecursionError:
-        raise StrictJSONError(f"nesting is deeper than {max_depth} levels") from None
+        raise too_deep(max_depth) from None
     except StrictJSONError:
         raise
     except json.JSONDecodeError:
@@ -219,10 +231,55 @@ def raw_decode(text: str, pos: int, *, max_depth: int = MAX_DEPTH) -> tuple[Any,
     except ValueError as exc:
         raise StrictJSONError(str(exc)) from None
     if isinstance(value, dict | list) and depth(value, stop_after=max_depth) > max_depth:
-        raise StrictJSONError(f"nesting is deeper than {max_depth} levels")
+        raise too_deep(max_depth)
     if _SURROGATE_TEXT.search(text, pos, end):
         try:
             orjson.dumps(value)
         except orjson.JSONEncodeError:
             raise StrictJSONError("a string holds a lone UTF-16 surrogate") from None
     return value, end
+
+
+# --- paths, and U+0000, which no database column stores ------------------------------------
+
+
+def pointer(parts: Iterable[str | int]) -> str:
+    """A JSON Pointer (RFC 6901) to the given path."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a member name or string anywhere in `value` holds U+0000."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return True
+        elif isinstance(node, dict):
+            if any("\x00" in key for key in node):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return False
+
+
+def nul_paths(value: Any) -> Iterator[tuple[tuple[str | int, ...], bool]]:
+    """Where U+0000 is in `value`, in document order: (path, True) for a member name
+    holding it (the path ends at that member), (path, False) for a string."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                yield path, False
+        elif isinstance(node, dict):
+            children = []
+            for key, item in node.items():
+                if "\x00" in key:
+                    yield (*path, key), True
+                children.append((item, (*path, key)))
+            stack.extend(reversed(children))
+        elif isinstance(node, list):
+            stack.extend(reversed([(item, (*path, i)) for i, item in enumerate(node)]))

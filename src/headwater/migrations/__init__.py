@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
-from alembic import command
-from alembic.config import Config
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from headwater.config import Settings
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy import Engine
+
 HERE = Path(__file__).parent
+# The newest revision: commands that only need the database current compare it with the
+# database's own and import Alembic only when they differ (tests check it is the head).
+HEAD = "0007"
+T = TypeVar("T")
+log = logging.getLogger("headwater.migrations")
 
 
 def alembic_config(settings: Settings) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(HERE))
     config.set_main_option("sqlalchemy.url", settings.sqlalchemy_url.replace("%", "%%"))
@@ -23,6 +38,35 @@ def alembic_config(settings: Settings) -> Config:
 
 def upgrade(settings: Settings, revision: str = "head") -> None:
     """Bring the database to `revision` (creating the SQLite directory first)."""
+    from alembic import command
+
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    command.upgrade(alembic_config(settings), revision)
+    wait_while_locked(
+        lambda: command.upgrade(alembic_config(settings), revision),
+        seconds=settings.shutdown_timeout_seconds + 30,
+    )
+
+
+def is_current(engine: Engine) -> bool:
+    """Whether the database is at `HEAD` already (one query, no Alembic)."""
+    try:
+        with engine.connect() as connection:
+            found = connection.execute(text("SELECT version_num FROM alembic_version")).all()
+    except (OperationalError, ProgrammingError):  # no such table: a new database
+        return False
+    return [row[0] for row in found] == [HEAD]
+
+
+def wait_while_locked(call: Callable[[], T], *, seconds: float) -> T:
+    """`call()`, tried again while SQLite answers "database is locked" (another process,
+    such as one draining before a restart, holds the writer), for up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            log.info("database locked by another process; waiting to start")
+            time.sleep(0.5)

@@ -71,3 +71,5 @@ def configure_logging(*, level: str = "INFO", json: bool = True) -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True
+    # which of its plugins Alembic set up: a dozen lines at every start, telling nothing
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)

@@ -21,6 +21,11 @@ configure workflows, and search an append-only activity log.
 (space-separated), `gty` (`client_credentials`), and Headwater's own: `company_id`
 (uuid, null for operators), `client_ids` (ingestion clients the token may use; empty
 means all of its company's) and `author_id` (uuid written on every change it makes).
+`exp`, `iat` and `nbf` must be JSON numbers and the token base64url without padding.
+Revoking a credential or its company makes its tokens answer 401 within 10 s on every
+instance. Failed token requests are limited per address (10 a minute, then 429 for a
+minute), and the endpoint answers 429 `temporarily_unavailable` rather than queue
+without bound.
 
 **Errors.** Every error outside `/oauth/token` is RFC 9457 `application/problem+json`
 with `type`, `title`, `status`, `detail`, `code`, `request_id` and, where input was
@@ -36,9 +41,15 @@ RFC 6749 errors (`{"error", "error_description"}`).
 each record (trimming, optional lossless type coercion, date-times to UTC milliseconds,
 field mapping, defaults), validates it against the dataset's current schema version and
 stores the whole batch or nothing; 422 lists up to 100 errors with record index, JSON
-Pointer, keyword and message. Bodies are read as strict JSON (no duplicate members,
-NaN/Infinity, numbers outside 64-bit/double range, invalid UTF-8 or nesting deeper than
-32). `Idempotency-Key` makes a push safe to retry for 24 h.
+Pointer, keyword and message; a string holding U+0000 fails with keyword `characters`.
+`Idempotency-Key` makes a push safe to retry for 24 h.
+
+**Hostile input.** Every JSON body of every operation is read as strict JSON (no
+duplicate members, NaN/Infinity, numbers outside 64-bit/double range, invalid UTF-8 or
+nesting deeper than 32: 400) and only as `application/json` (415). Unknown query
+parameters and U+0000 in any text outside records answer 400. Header blocks over
+64 KiB answer 431. A dataset schema's `$ref` may only point inside it; the service
+never fetches anything to resolve one. No request answers 5xx because of its content.
 
 **Pages.** Lists answer `{page_number, page_size, total_entries, total_pages, data}`,
 pages numbered from 0, `page_size` 1-100 (default 20).
@@ -69,12 +80,12 @@ _ERRORS: dict[str, tuple[str, str, str]] = {
     "415": (
         "unsupported_media_type",
         "Unsupported media type",
-        "Send the push as application/json, not text/plain.",
+        "Send this body as application/json; got text/plain.",
     ),
     "422": (
         "validation_failed",
         "Records failed validation",
-        "2 validation error(s); nothing was stored.",
+        "2 validation errors; nothing was stored.",
     ),
     "429": ("rate_limited", "Too many requests", "Rate limit exceeded; retry in 1 s."),
     "503": (
@@ -157,10 +168,17 @@ _EXTRA_EXAMPLE: dict[str, dict[str, Any]] = {
 }
 
 
+_DESCRIPTIONS = {
+    "400": "A malformed, unknown or ill-typed parameter; a body that is not strict JSON, "
+    "nested deeper than 32 levels or invalid; or U+0000 in any text.",
+    "415": "The body is not `application/json`.",
+}
+
+
 def _problem(status: str) -> dict[str, Any]:
     code, title, detail = _ERRORS[status]
     return {
-        "description": title,
+        "description": _DESCRIPTIONS.get(status, title),
         "content": {
             PROBLEM_JSON: {
                 "schema": {"$ref": "#/components/schemas/Problem"},
@@ -186,6 +204,27 @@ def _is_fastapi_validation(response: dict[str, Any] | None) -> bool:
     return str(schema.get("$ref", "")).endswith("/HTTPValidationError")
 
 
+# No text the service takes may hold U+0000 (contract section 15): said in the schema of
+# every string and every map's member names, so that clients and fuzzers know it.
+NO_NUL = "^[^\\u0000]*$"
+
+
+def _forbid_nul(node: Any) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _forbid_nul(item)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("type") == "string" and not {"pattern", "format", "enum", "const"} & set(node):
+        node["pattern"] = NO_NUL
+    if node.get("type") == "object" and node.get("additionalProperties", False) is not False:
+        node.setdefault("propertyNames", {"pattern": NO_NUL})
+    for key, value in node.items():
+        if key not in ("example", "examples", "default", "enum", "const"):
+            _forbid_nul(value)
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -204,8 +243,10 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
             wanted = ["503"]
             if path == "/oauth/token":
                 continue
-            if had_validation or operation.get("requestBody"):
-                wanted += ["400", "413"]
+            # every operation refuses unknown query parameters and NUL in its path or query
+            wanted.append("400")
+            if operation.get("requestBody"):
+                wanted += ["413", "415"]
             if operation.get("security"):
                 wanted += ["401", "403", "429"]
             if "{" in path:
@@ -220,5 +261,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 responses[status] = _problem(status) | {
                     "description": responses[status]["description"]
                 }
+    _forbid_nul(schema["components"]["schemas"])
+    _forbid_nul(schema["paths"])
     app.openapi_schema = schema
     return schema

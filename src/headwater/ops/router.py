@@ -2,25 +2,40 @@
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
+from typing import Annotated
 
+import fastapi_offline
 import structlog
-import swagger_ui_bundle
-from fastapi import APIRouter
+from fastapi import APIRouter, Header
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from headwater.deps import RuntimeDep
-from headwater.errors import ServiceUnavailable, is_unreachable
+from headwater.deps import RuntimeDep, StrictRoute
+from headwater.errors import ServiceUnavailable, Unauthorized, is_unreachable
 from headwater.ops import metrics as prom
 
 log = structlog.get_logger("headwater.ops")
 
-router = APIRouter(tags=["operations"])
 
-SWAGGER_DIR = Path(swagger_ui_bundle.swagger_ui_path)
+class MetricsTokenRequired(Unauthorized):
+    code = "metrics_token_required"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "/metrics needs `Authorization: Bearer <HEADWATER_METRICS_TOKEN>`.",
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+        )
+
+
+router = APIRouter(tags=["operations"], route_class=StrictRoute)
+
+# Swagger UI 5 (it reads OpenAPI 3.1, which FastAPI writes), served from the assets the
+# fastapi-offline package bundles: the docs page needs no internet access.
+SWAGGER_DIR = Path(fastapi_offline.__file__).parent / "static"
 docs_assets = StaticFiles(directory=SWAGGER_DIR)
 
 
@@ -60,19 +75,42 @@ async def readyz(runtime: RuntimeDep) -> dict[str, object]:
 
 
 @router.get(
-    "/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}}
+    "/metrics",
+    summary="Prometheus metrics",
+    responses={
+        200: {"content": {"text/plain": {}}},
+        401: {
+            "description": "`HEADWATER_METRICS_TOKEN` is set and the request does not carry "
+            "it as `Authorization: Bearer <token>`."
+        },
+    },
 )
-async def metrics() -> Response:
+async def metrics(
+    runtime: RuntimeDep,
+    authorization: Annotated[
+        str | None,
+        Header(description="`Bearer <HEADWATER_METRICS_TOKEN>`, when that is set."),
+    ] = None,
+) -> Response:
+    """Prometheus text format. Open when `HEADWATER_METRICS_TOKEN` is unset (then serve it
+    on an internal address only); with it set, only to that bearer token."""
+    expected = runtime.settings.metrics_token
+    if expected is not None:
+        given = (authorization or "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), expected.get_secret_value().encode()):
+            raise MetricsTokenRequired()
     body, content_type = prom.render()
     return Response(body, media_type=content_type)
 
 
 @router.get("/docs", include_in_schema=False)
 async def docs() -> HTMLResponse:
+    """The interactive reference: Swagger UI 5 over /openapi.json, from local assets."""
     return get_swagger_ui_html(
         openapi_url="/openapi.json",
         title="Headwater API",
         swagger_js_url="/docs/assets/swagger-ui-bundle.js",
         swagger_css_url="/docs/assets/swagger-ui.css",
-        swagger_favicon_url="/docs/assets/favicon-32x32.png",
+        swagger_favicon_url="/docs/assets/favicon.png",
+        swagger_ui_parameters={"defaultModelsExpandDepth": 0, "tryItOutEnabled": False},
     )

@@ -16,7 +16,7 @@ class Owned:
     """A company's row with its creation and last change, as the interface document shows."""
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    company_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("companies.id"))
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("companies.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     created_by: Mapped[uuid.UUID] = mapped_column(Uuid)
@@ -43,7 +43,9 @@ class WorkflowTemplate(Owned, Base):
         Index("ix_workflow_templates_company_created", "company_id", "created_at", "id"),
     )
 
-    category_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("workflow_categories.id"), index=True)
+    category_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("workflow_categories.id"), index=True
+    )
     name: Mapped[str] = mapped_column(String(200))
     description: Mapped[str] = mapped_column(Text)
     steps: Mapped[list[dict[str, Any]]] = mapped_column(JSONDocument)
@@ -69,7 +71,7 @@ class WorkflowTask(Owned, Base):
     __tablename__ = "workflow_tasks"
     __table_args__ = (Index("ix_workflow_tasks_workflow_position", "workflow_id", "position"),)
 
-    workflow_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("workflows.id"))
+    workflow_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("workflows.id"))
     position: Mapped[int] = mapped_column(Integer)
     step_id: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(200))

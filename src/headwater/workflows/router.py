@@ -7,7 +7,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from headwater.deps import ReaderDep, ReadSessionDep, SessionDep, WorkflowsRead, WorkflowsWrite
+from headwater.deps import (
+    ReaderDep,
+    ReadSessionDep,
+    SessionDep,
+    StrictRoute,
+    WorkflowsRead,
+    WorkflowsWrite,
+)
 from headwater.kit.pagination import Page
 from headwater.kit.responses import json_response
 from headwater.workflows import service
@@ -24,11 +31,12 @@ from headwater.workflows.schemas import (
     TemplateRead,
     TemplateUpdate,
     WorkflowCreate,
+    WorkflowQuery,
     WorkflowRead,
     WorkflowUpdate,
 )
 
-router = APIRouter(prefix="/app/v1", tags=["workflows"])
+router = APIRouter(prefix="/app/v1", tags=["workflows"], route_class=StrictRoute)
 
 CategoryId = Annotated[uuid.UUID, Path(description="Workflow category id.")]
 TemplateId = Annotated[uuid.UUID, Path(description="Workflow template id.")]
@@ -117,6 +125,19 @@ def delete_template(id: TemplateId, session: SessionDep, caller: WorkflowsWrite)
 def create_workflow(body: WorkflowCreate, session: SessionDep, caller: WorkflowsWrite) -> object:
     """A workflow in `draft`, with one task per step of its template."""
     return service.create_workflow(session, actor=caller.actor, data=body)
+
+
+@router.get("/workflows", response_model=Page[WorkflowRead])
+async def list_workflows(
+    query: Annotated[WorkflowQuery, Query()], read: ReaderDep, caller: WorkflowsRead
+) -> object:
+    """The company's workflows: filter by status (one or several, comma-separated),
+    template, name (case-insensitive substring) and due date; sorted by `sort_by`, ties
+    broken by id so pages never overlap or skip."""
+    items, total = await read(
+        service.list_workflows, company_id=caller.actor.company_id, query=query
+    )
+    return json_response(Page[WorkflowRead].of(items, params=query, total=total))
 
 
 @router.get("/workflows/{workflow_id}", response_model=WorkflowRead)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, model_validator
 
 from headwater.kit.clock import InputDateTime, Timestamp
 from headwater.kit.pagination import PageQuery
@@ -22,9 +22,27 @@ StepId = Annotated[
 ]
 
 
+def _patch_schema(schema: dict[str, Any], cls: type[Any]) -> None:
+    """The OpenAPI of a PATCH body as it is checked: at least one member, and `null`
+    allowed only for the members in `nullable`."""
+    schema["minProperties"] = 1
+    for name, prop in schema.get("properties", {}).items():
+        if name in cls.nullable or "anyOf" not in prop:
+            continue
+        kept = [option for option in prop["anyOf"] if option.get("type") != "null"]
+        if len(kept) == 1:
+            del prop["anyOf"]
+            prop.update(kept[0])
+        else:
+            prop["anyOf"] = kept
+        if prop.get("default", ...) is None:
+            del prop["default"]
+
+
 class Update(Input):
     """A PATCH body: only the members sent change; null only where a field may be null."""
 
+    model_config = Input.model_config | {"json_schema_extra": _patch_schema}
     nullable: ClassVar[frozenset[str]] = frozenset()
 
     @model_validator(mode="after")
@@ -178,6 +196,34 @@ class WorkflowRead(Output):
     updated_at: Timestamp
     created_by: uuid.UUID
     updated_by: uuid.UUID
+
+
+def _statuses(value: object) -> object:
+    """`status=draft,active`: one value or several, comma-separated (repeating the
+    parameter works too)."""
+    values = [value] if isinstance(value, str) else value
+    if isinstance(values, list):
+        return [part.strip() for item in values for part in str(item).split(",")]
+    return value
+
+
+class WorkflowQuery(PageQuery):
+    status: Annotated[list[WorkflowStatus] | None, BeforeValidator(_statuses)] = Field(
+        None,
+        description="One status or several, comma-separated (`active,paused`).",
+        examples=["active,paused"],
+        json_schema_extra={"type": "string", "pattern": "^[a-z]+(,[a-z]+)*$"},
+    )
+    workflow_template_id: uuid.UUID | None = Field(None, description="Made from this template.")
+    name: str | None = Field(
+        None, max_length=200, description="Case-insensitive substring of the name."
+    )
+    due_after: InputDateTime | None = Field(None, description="Due at or after (inclusive).")
+    due_before: InputDateTime | None = Field(None, description="Due before (exclusive).")
+    sort_by: Literal["name", "due_date", "created_at", "updated_at", "status"] = Field(
+        "created_at", description="Ties are broken by id, so pages never overlap or skip."
+    )
+    sort_direction: Literal["asc", "desc"] = "asc"
 
 
 class TaskUpdate(Update):

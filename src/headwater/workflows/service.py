@@ -53,6 +53,7 @@ from headwater.workflows.schemas import (
     TemplateRead,
     TemplateUpdate,
     WorkflowCreate,
+    WorkflowQuery,
     WorkflowRead,
     WorkflowUpdate,
 )
@@ -358,7 +359,8 @@ def create_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> 
 
 
 def add_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> Workflow:
-    """Create a workflow, its tasks and their activity entries; the caller commits."""
+    """Create a workflow, its tasks and their activity entries; flushes, the caller commits
+    (`headwater import` writes a whole file in one transaction)."""
     _check_dates(data.due_date, data.notification_date)
     template = _owned(session, WorkflowTemplate, actor.company_id, data.workflow_template_id)
     if template is None:
@@ -379,7 +381,6 @@ def add_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> Wor
                 type=step["type"],
             ),
         )
-    session.commit()
     return workflow
 
 
@@ -388,6 +389,43 @@ def get_workflow(session: Session, *, company_id: uuid.UUID, workflow_id: uuid.U
     if row is None:
         raise WorkflowNotFound(f"No workflow has the id {workflow_id}.")
     return row
+
+
+_WORKFLOW_SORT = {
+    "name": Workflow.name,
+    "due_date": Workflow.due_date,
+    "created_at": Workflow.created_at,
+    "updated_at": Workflow.updated_at,
+    "status": Workflow.status,
+}
+
+
+def list_workflows(
+    session: Session, *, company_id: uuid.UUID, query: WorkflowQuery
+) -> tuple[Sequence[Workflow], int]:
+    """One page of the company's workflows, filtered and sorted; ties broken by id."""
+    stmt = select(Workflow).where(Workflow.company_id == company_id)
+    if query.status:
+        stmt = stmt.where(Workflow.status.in_(query.status))
+    if query.workflow_template_id is not None:
+        stmt = stmt.where(Workflow.workflow_template_id == query.workflow_template_id)
+    if query.name:
+        stmt = stmt.where(
+            func.lower(Workflow.name).like(_contains_pattern(query.name), escape="\\")
+        )
+    if query.due_after is not None:
+        stmt = stmt.where(Workflow.due_date >= query.due_after)
+    if query.due_before is not None:
+        stmt = stmt.where(Workflow.due_date < query.due_before)
+    column = _WORKFLOW_SORT[query.sort_by]
+    descending = query.sort_direction == "desc"
+    return paginate(
+        session,
+        stmt,
+        column.desc() if descending else column.asc(),
+        Workflow.id.desc() if descending else Workflow.id.asc(),
+        params=query,
+    )
 
 
 def update_workflow(

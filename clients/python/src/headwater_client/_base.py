@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -38,6 +38,10 @@ class Upload:
     size: int
     content_type: str
     file_name: str
+
+
+# Seconds one `?wait=` request may wait (within the client's 60 s request timeout).
+WAIT_STEP = 20.0
 
 
 class BaseClient:
@@ -143,10 +147,3 @@ class BaseClient:
         use with 403: after a retry, the first try may have arrived and only its answer
         been lost, and then the transaction has moved on."""
         return exc.status == 403 and transaction.status not in ("awaiting_upload", "expired")
-
-    @staticmethod
-    def _poll_delays(first: float = 0.2, longest: float = 5.0) -> Iterator[float]:
-        delay = first
-        while True:
-            yield delay
-            delay = min(longest, delay * 1.5)

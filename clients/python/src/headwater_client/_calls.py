@@ -172,6 +172,33 @@ def templates(*, category_id: str | None = None, page_size: int = 100) -> PageCa
     return pages(Template, "/app/v1/workflow_templates", params)
 
 
+def workflows(
+    *,
+    status: str | list[str] | None = None,
+    workflow_template_id: str | None = None,
+    name: str | None = None,
+    due_after: str | None = None,
+    due_before: str | None = None,
+    sort_by: str | None = None,
+    sort_direction: str | None = None,
+    page_size: int = 100,
+) -> PageCall[Workflow]:
+    """Workflows; `status` one or several; `name` matches a case-insensitive part;
+    `due_after` inclusive, `due_before` exclusive; `sort_by` name, due_date, created_at
+    (default), updated_at or status."""
+    params = query(
+        status=",".join(status) if isinstance(status, list) else status,
+        workflow_template_id=workflow_template_id,
+        name=name,
+        due_after=due_after,
+        due_before=due_before,
+        sort_by=sort_by,
+        sort_direction=sort_direction,
+        page_size=page_size,
+    )
+    return pages(Workflow, "/app/v1/workflows", params)
+
+
 def workflow(workflow_id: str) -> Call[Workflow]:
     """One workflow."""
     return resource("GET", f"/app/v1/workflows/{segment(workflow_id)}", Workflow)
@@ -221,9 +248,13 @@ def activities(
     return pages(ActivityEntry, "/app/v1/activities/search", body=body)
 
 
-def transaction(transaction_id: str) -> Call[Transaction]:
-    """One transaction: a push batch or a file, with its status, counts and errors."""
-    return resource("GET", f"/platform/v1/transactions/{segment(transaction_id)}", Transaction)
+def transaction(transaction_id: str, *, wait: float = 0) -> Call[Transaction]:
+    """One transaction: a push batch or a file, with its status, counts and errors.
+    `wait` (0-30 s): while it is pending, answer when its status changes, or then."""
+    path = f"/platform/v1/transactions/{segment(transaction_id)}"
+    if wait:
+        return resource("GET", path, Transaction, params={"wait": f"{wait:g}"})
+    return resource("GET", path, Transaction)
 
 
 def transactions(
@@ -231,15 +262,18 @@ def transactions(
     client_id: str | None = None,
     dataset_id: str | None = None,
     status: str | None = None,
+    channel: str | None = None,
     created_after: DateTime | None = None,
     created_before: DateTime | None = None,
     page_size: int = 100,
 ) -> PageCall[Transaction]:
-    """Transactions, newest first; `created_after` inclusive, `created_before` exclusive."""
+    """Transactions, newest first; `channel` api, upload, sftp or email;
+    `created_after` inclusive, `created_before` exclusive."""
     params = query(
         client_id=client_id,
         dataset_id=dataset_id,
         status=status,
+        channel=channel,
         created_after=created_after,
         created_before=created_before,
         page_size=page_size,

@@ -12,7 +12,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from headwater_client import _calls as calls
-from headwater_client._base import BaseClient
+from headwater_client._base import WAIT_STEP, BaseClient
 from headwater_client._batches import Batch, Batcher
 from headwater_client._bind import afetch, alisting, andjson_records
 from headwater_client._calls import Call
@@ -202,20 +202,30 @@ class AsyncClient(BaseClient):
         return await self.get_transaction(ticket.transaction_id)
 
     async def wait_for_transaction(
-        self, transaction_id: str, *, timeout: float = 3600.0
+        self,
+        transaction_id: str,
+        *,
+        timeout: float = 3600.0,
+        on_change: Callable[[Transaction], None] | None = None,
     ) -> Transaction:
+        """The transaction once it is final. The service answers each request when the
+        status changes (`?wait=`), so the final status is seen at once; `on_change` sees
+        every answer on the way (its `records_processed` grows while a file processes)."""
         deadline = time.monotonic() + timeout
-        for delay in self._poll_delays():
-            transaction = await self.get_transaction(transaction_id)
+        while True:
+            left = deadline - time.monotonic()
+            transaction = await self.get_transaction(
+                transaction_id, wait=max(0.0, min(WAIT_STEP, left))
+            )
+            if on_change is not None:
+                on_change(transaction)
             if transaction.finished:
                 return transaction
-            if time.monotonic() + delay > deadline:
+            if time.monotonic() >= deadline:
                 raise WaitTimeout(
                     f"transaction {transaction_id} is still {transaction.status} "
                     f"after {timeout:g} s"
                 )
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     get_transaction = afetch(calls.transaction)
     list_transactions = alisting(calls.transactions)
@@ -229,6 +239,7 @@ class AsyncClient(BaseClient):
     list_categories = alisting(calls.categories)
     get_template = afetch(calls.template)
     list_templates = alisting(calls.templates)
+    list_workflows = alisting(calls.workflows)
     get_workflow = afetch(calls.workflow)
     get_workflow_task = afetch(calls.workflow_task)
     list_workflow_tasks = alisting(calls.workflow_tasks)

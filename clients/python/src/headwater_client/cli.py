@@ -16,8 +16,8 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -63,6 +63,7 @@ class Failed(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _choose_output(args)
     try:
         with _client(args) as client:
             args.run(client, args)
@@ -118,6 +119,28 @@ def _progress(*columns: Any) -> Progress:
     return Progress(*columns, console=err, transient=True, disable=not err.is_terminal)
 
 
+# How results are printed, chosen once a run (`--output`; table on a terminal, TSV when
+# stdout is a pipe or a file, so that ids are never wrapped or cut).
+_output = "table"
+
+
+def _choose_output(args: argparse.Namespace) -> None:
+    global _output
+    chosen = getattr(args, "output_format", None)
+    if getattr(args, "json", False):
+        chosen = "json"
+    _output = chosen or ("table" if out.is_terminal else "tsv")
+    if hasattr(args, "json"):
+        args.json = _output == "json"
+
+
+def _tsv(values: Iterable[Any]) -> str:
+    """One TSV line: tabs and newlines inside a value become spaces."""
+    return "\t".join(
+        _cell(value).replace("\t", " ").replace("\n", " ").replace("\r", " ") for value in values
+    )
+
+
 def _print_json(value: Any) -> None:
     text = json.dumps(value, default=str)
     if out.is_terminal:
@@ -127,6 +150,10 @@ def _print_json(value: Any) -> None:
 
 
 def _fields(resource: Resource, *names: str, title: str | None = None) -> None:
+    if _output == "tsv":
+        for name in names:
+            print(_tsv([name, resource.to_json().get(name)]))
+        return
     table = Table(show_header=False, title=title, title_justify="left", box=None)
     table.add_column(style="bold")
     table.add_column()
@@ -147,6 +174,12 @@ def _rows(items: Iterable[Resource], columns: Sequence[str], *, as_json: bool) -
     if as_json:  # one JSON object a line
         for item in items:
             print(json.dumps(item.to_json()))
+        return
+    if _output == "tsv":
+        print(_tsv(columns))
+        for item in items:
+            raw = item.to_json()
+            print(_tsv(raw.get(c) for c in columns))
         return
     table = Table()
     for column in columns:  # ids are copied from here: wrap them, never cut them short
@@ -222,10 +255,12 @@ def _batches(result: PushResult) -> list[dict[str, Any]]:
 
 def _print_push_rejected(exc: PushRejected) -> None:
     err.print(
-        f"rejected: {exc.error_count} error(s) in the batch starting at record "
+        f"rejected: {exc.error_count} {'error' if exc.error_count == 1 else 'errors'} "
+        f"in the batch starting at record "
         f"{exc.first_record} (transaction {exc.transaction_id}); nothing of that batch was "
         f"stored. {sum(b.records_accepted for b in exc.committed):,} records in "
-        f"{len(exc.committed)} earlier batch(es) were committed."
+        f"{len(exc.committed)} earlier {'batch' if len(exc.committed) == 1 else 'batches'} "
+        "were committed."
     )
     for error in exc.record_errors[:SHOWN_ERRORS]:
         err.print(f"  record {error.record} {error.path or '/'}: {error.message} ({error.keyword})")
@@ -237,7 +272,7 @@ def cmd_upload(client: Client, args: argparse.Namespace) -> None:
     with _progress(
         TextColumn("uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn()
     ) as bar:
-        task = bar.add_task("upload", total=None)
+        task = bar.add_task("upload", total=Path(args.file).stat().st_size)
         transaction = client.upload_file(
             args.file,
             args.client_id,
@@ -246,14 +281,16 @@ def cmd_upload(client: Client, args: argparse.Namespace) -> None:
             progress=lambda sent, total: bar.update(task, completed=sent, total=total),
         )
     if not args.no_wait:
-        waiting: AbstractContextManager[Any] = (
-            err.status(f"processing (transaction {transaction.transaction_id})")
-            if err.is_terminal
-            else nullcontext()
-        )
-        with waiting:
+        with _progress(SpinnerColumn(), TextColumn("{task.description}")) as shown:
+            step = shown.add_task(f"processing (transaction {transaction.transaction_id})")
+
+            def show(now: Transaction) -> None:
+                done = now.records_processed
+                rows = f": {done:,} rows so far" if done and not now.finished else ""
+                shown.update(step, description=f"{now.status} {now.transaction_id}{rows}")
+
             transaction = client.wait_for_transaction(
-                transaction.transaction_id, timeout=args.timeout
+                transaction.transaction_id, timeout=args.timeout, on_change=show
             )
     _print_transaction(transaction, as_json=args.json)
     if transaction.finished and transaction.status != "completed":
@@ -264,8 +301,10 @@ def _print_transaction(transaction: Transaction, *, as_json: bool) -> None:
     if as_json:
         _print_json(transaction.to_json())
         return
-    names = ["transaction_id", "kind", "status", "client_id", "dataset_id", "schema_version"]
-    names += ["records_received", "records_accepted", "records_rejected", "error_count"]
+    names = ["transaction_id", "kind", "channel", "status", "client_id", "dataset_id"]
+    names += ["schema_version"]
+    names += ["records_received", "records_processed", "records_accepted", "records_rejected"]
+    names += ["error_count"]
     if transaction.kind == "file":
         names += ["file_name", "file_size", "content_type", "uploaded_at", "started_at"]
     _fields(transaction, *names, "created_at", "completed_at")
@@ -288,10 +327,12 @@ def cmd_transactions_list(client: Client, args: argparse.Namespace) -> None:
         client_id=args.client_id,
         dataset_id=args.dataset_id,
         status=args.status,
+        channel=args.channel,
         created_after=args.created_after,
         created_before=args.created_before,
     )
-    columns = ["transaction_id", "kind", "status", "client_id", "dataset_id", "created_at"]
+    columns = ["transaction_id", "kind", "channel", "status", "client_id", "dataset_id"]
+    columns += ["created_at"]
     _rows(_limited(pager, args.limit), [*columns, "records_accepted"], as_json=args.json)
 
 
@@ -325,6 +366,20 @@ def cmd_categories_list(client: Client, args: argparse.Namespace) -> None:
         sort_direction=args.sort_direction,
     )
     columns = ["id", "name", "description", "created_at", "updated_at"]
+    _rows(_limited(pager, args.limit), columns, as_json=args.json)
+
+
+def cmd_workflow_list(client: Client, args: argparse.Namespace) -> None:
+    pager = client.list_workflows(
+        status=args.status,
+        workflow_template_id=args.template_id,
+        name=args.name,
+        due_after=args.due_after,
+        due_before=args.due_before,
+        sort_by=args.sort_by,
+        sort_direction=args.sort_direction,
+    )
+    columns = ["id", "name", "status", "due_date", "workflow_template_id", "updated_at"]
     _rows(_limited(pager, args.limit), columns, as_json=args.json)
 
 
@@ -417,7 +472,15 @@ def _parser() -> argparse.ArgumentParser:
         sub: argparse.ArgumentParser = group.add_parser(name, help=helptext, description=helptext)
         sub.set_defaults(run=run)
         if json_flag:
-            sub.add_argument("--json", action="store_true", help="print JSON")
+            sub.add_argument(
+                "-o",
+                "--output",
+                dest="output_format",
+                choices=["table", "tsv", "json"],
+                help="how to print results: table (default on a terminal), tsv (default "
+                "when stdout is a pipe or a file), json (one object a line for lists)",
+            )
+            sub.add_argument("--json", action="store_true", help="the same as --output json")
         return sub
 
     def dataset_options(sub: argparse.ArgumentParser) -> None:
@@ -451,11 +514,15 @@ def _parser() -> argparse.ArgumentParser:
     show = command(transactions, "show", cmd_transactions_show, "one transaction")
     show.add_argument("transaction_id")
     listing = command(transactions, "list", cmd_transactions_list, "transactions, newest first")
-    listing.add_argument("-c", "--client-id")
-    listing.add_argument("-d", "--dataset-id")
-    listing.add_argument("--status")
-    listing.add_argument("--created-after")
-    listing.add_argument("--created-before")
+    listing.add_argument("-c", "--client-id", help="only this ingestion client's")
+    listing.add_argument("-d", "--dataset-id", help="only this dataset's")
+    listing.add_argument(
+        "--status",
+        help="awaiting_upload, processing, completed, rejected, failed or expired",
+    )
+    listing.add_argument("--channel", choices=["api", "upload", "sftp", "email"])
+    listing.add_argument("--created-after", help="ISO 8601 date-time, inclusive")
+    listing.add_argument("--created-before", help="ISO 8601 date-time, exclusive")
     limit_option(listing)
 
     records = commands.add_parser("records", help="stored records").add_subparsers(
@@ -484,6 +551,19 @@ def _parser() -> argparse.ArgumentParser:
     workflow = commands.add_parser("workflow", help="workflows").add_subparsers(
         required=True, metavar="COMMAND"
     )
+    flows = command(workflow, "list", cmd_workflow_list, "workflows, filtered and sorted")
+    flows.add_argument(
+        "--status", help="one status or several, comma-separated (draft,active,paused,...)"
+    )
+    flows.add_argument("--template-id", help="only workflows made from this template")
+    flows.add_argument("--name", help="case-insensitive part of the name")
+    flows.add_argument("--due-after", help="due at or after (ISO 8601)")
+    flows.add_argument("--due-before", help="due before (ISO 8601)")
+    flows.add_argument(
+        "--sort-by", choices=["name", "due_date", "created_at", "updated_at", "status"]
+    )
+    flows.add_argument("--sort-direction", choices=["asc", "desc"])
+    limit_option(flows)
     command(workflow, "show", cmd_workflow_show, "a workflow and its tasks").add_argument(
         "workflow_id"
     )

@@ -12,7 +12,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from headwater_client import _calls as calls
-from headwater_client._base import BaseClient
+from headwater_client._base import WAIT_STEP, BaseClient
 from headwater_client._batches import Batch, Batcher
 from headwater_client._bind import fetch, listing, ndjson_lines, ndjson_records
 from headwater_client._calls import Call
@@ -208,20 +208,30 @@ class Client(BaseClient):
             return self.wait_for_transaction(ticket.transaction_id, timeout=timeout)
         return self.get_transaction(ticket.transaction_id)
 
-    def wait_for_transaction(self, transaction_id: str, *, timeout: float = 3600.0) -> Transaction:
-        """The transaction once it is final (completed, rejected, failed, expired)."""
+    def wait_for_transaction(
+        self,
+        transaction_id: str,
+        *,
+        timeout: float = 3600.0,
+        on_change: Callable[[Transaction], None] | None = None,
+    ) -> Transaction:
+        """The transaction once it is final (completed, rejected, failed, expired). The
+        service answers each request when the status changes (`?wait=`), so the final
+        status is seen at once; `on_change` sees every answer on the way (its
+        `records_processed` grows while a file processes)."""
         deadline = time.monotonic() + timeout
-        for delay in self._poll_delays():
-            transaction = self.get_transaction(transaction_id)
+        while True:
+            left = deadline - time.monotonic()
+            transaction = self.get_transaction(transaction_id, wait=max(0.0, min(WAIT_STEP, left)))
+            if on_change is not None:
+                on_change(transaction)
             if transaction.finished:
                 return transaction
-            if time.monotonic() + delay > deadline:
+            if time.monotonic() >= deadline:
                 raise WaitTimeout(
                     f"transaction {transaction_id} is still {transaction.status} "
                     f"after {timeout:g} s"
                 )
-            time.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     # Reading data
 
@@ -240,6 +250,7 @@ class Client(BaseClient):
     list_categories = listing(calls.categories)
     get_template = fetch(calls.template)
     list_templates = listing(calls.templates)
+    list_workflows = listing(calls.workflows)
     get_workflow = fetch(calls.workflow)
     get_workflow_task = fetch(calls.workflow_task)
     list_workflow_tasks = listing(calls.workflow_tasks)

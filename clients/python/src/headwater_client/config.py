@@ -61,8 +61,8 @@ class Credentials:
         if missing:
             names = ", ".join(f"HEADWATER_{key.upper()}" for key in missing)
             raise ConfigurationError(
-                f"missing {', '.join(missing)}: set {names}, or add them to profile "
-                f"[{name}] of {profiles_file(environ)}"
+                f"missing {', '.join(missing)}: set {names}, or write them in the "
+                f"[{name}] section of {profiles_file(environ)}"
             )
         return cls(
             url=values["url"],

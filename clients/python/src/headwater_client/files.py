@@ -39,7 +39,11 @@ def guess_content_type(path: str | Path) -> str:
     if suffixes and suffixes[-1] in CONTENT_TYPES:
         return CONTENT_TYPES[suffixes[-1]]
     known = ", ".join(CONTENT_TYPES)
-    raise HeadwaterError(f"cannot tell the content type of {path}: name it {known}, or say it")
+    raise HeadwaterError(
+        f"cannot tell the content type of {path} from its name: end it with {known} "
+        "(optionally followed by .gz), or give it (--content-type for upload, --format "
+        "for push)"
+    )
 
 
 def chunks(path: Path, *, progress: Any = None, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:

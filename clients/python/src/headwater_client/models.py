@@ -171,6 +171,7 @@ class TransactionError(Resource):
 class Transaction(Resource):
     transaction_id: str
     kind: str
+    channel: str | None  # api, upload, sftp or email (None from an older service)
     client_id: str
     dataset_id: str
     schema_version: int | None
@@ -187,6 +188,7 @@ class Transaction(Resource):
     uploaded_at: datetime | None
     started_at: datetime | None
     completed_at: datetime | None
+    records_processed: int | None  # a file's rows read so far, while it is processing
 
     @property
     def finished(self) -> bool:

@@ -1,0 +1,132 @@
+"""The README's two set-up commands and its examples: `headwater demo` writes
+headwater-data/demo.env and prints a few calls; every ```sh block of the README runs as
+written against it, in a fresh shell that sourced demo.env (curl fails on any HTTP
+error there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.http_server import free_port
+
+pytestmark = pytest.mark.http
+
+ROOT = Path(__file__).resolve().parents[2]
+# HTTP errors make curl fail (exit 22), so that a 4xx or 5xx fails the block
+STRICT_CURL = 'curl() { command curl --fail-with-body "$@"; }\n'
+
+
+def sh_blocks(text: str) -> list[str]:
+    return re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """`headwater demo` on a free port, run from a checkout-like directory (its own
+    headwater-data, the project's .venv and demo workflows beside it)."""
+    work = tmp_path_factory.mktemp("readme")
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    (work / "src").symlink_to(ROOT / "src")
+    port = free_port()
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("HEADWATER_", "PROMETHEUS"))
+    } | {"HEADWATER_WORKER_INTERVAL_SECONDS": "3600", "COLUMNS": "200"}
+    log = work / "demo.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli", "demo", "--port", str(port)],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "demo did not start:\n" + log.read_text()
+            time.sleep(0.2)
+        yield {"work": work, "env": env, "log": log, "port": port}
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _run(demo: dict[str, object], script: str) -> subprocess.CompletedProcess[str]:
+    work = demo["work"]
+    assert isinstance(work, Path)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", STRICT_CURL + script],
+        cwd=work,
+        env=demo["env"],  # type: ignore[arg-type]
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_demo_prints_calls_that_work(demo: dict[str, object]) -> None:
+    log = demo["log"]
+    assert isinstance(log, Path)
+    printed = log.read_text()
+    work = demo["work"]
+    assert isinstance(work, Path)
+    env_file = work / "headwater-data" / "demo.env"
+    assert oct(env_file.stat().st_mode & 0o777) == "0o600"  # it holds secrets
+    calls = printed.split("every example in the README then runs as written:")[1]
+    calls, with_client = calls.split("Or with the Python client")
+    done = _run(demo, calls)
+    assert done.returncode == 0, done.stderr
+    whoami, pushed, *records, transactions, clients = (
+        json.loads(line) for line in done.stdout.strip().splitlines()
+    )
+    assert whoami["subject"] == "demo-client" and whoami["client_ids"] == ["demo-crm"]
+    assert pushed["status"] == "completed"
+    assert [r["data"] for r in records] == [
+        {"order_id": "A-1", "amount": 12.5, "placed_at": "2026-11-22T09:30:00.000Z", "quantity": 1},
+        {"order_id": "A-2", "amount": 3, "quantity": 1},
+    ]
+    assert transactions["data"][0]["transaction_id"] == pushed["transaction_id"]
+    assert clients["data"][0]["client_id"] == "demo-crm"
+    # the printed client commands keep their files inside the data directory
+    client_lines = with_client.split("\n", 1)[1].split("Interactive API docs")[0]
+    assert str(work / "headwater-data") in client_lines
+    assert "TMPDIR" not in client_lines
+
+
+def test_every_readme_example_runs_as_written_against_the_demo(demo: dict[str, object]) -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = sh_blocks(readme)
+    assert len(blocks) >= 6  # the README's examples, not none of them
+    assert blocks[0].startswith("source headwater-data/demo.env")
+    failures = []
+    outputs = []
+    for number, block in enumerate(blocks):
+        script = block if number == 0 else "source headwater-data/demo.env\n" + block
+        done = _run(demo, script)
+        outputs.append(done.stdout)
+        if done.returncode != 0:
+            failures.append(
+                f"block {number}:\n{block}\n--- exit {done.returncode}\n"
+                f"{done.stdout}\n{done.stderr}"
+            )
+    assert not failures, "\n\n".join(failures)
+    # what the examples did is visible: the file of the upload example completed
+    uploaded = next(o for o in outputs if '"file_name":"orders.csv"' in o.replace(" ", ""))
+    assert json.loads(uploaded.strip().splitlines()[-1])["status"] == "completed"
