@@ -16,13 +16,16 @@ from conftest import Tenant
 pytestmark = pytest.mark.http
 
 CLIENT = Path(__file__).resolve().parent.parent
+# the uv that scripts/bootstrap.sh put in the checkout (scripts/test runs it first)
+UV = CLIENT.parent.parent / ".tools" / "bin" / "uv"
 SERVER_ONLY = ["fastapi", "sqlalchemy", "headwater", "jsonschema_rs", "boto3", "psycopg"]
 
 
 def uv(*args: str) -> None:
-    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NATIVE_TLS": "1"}
     env.pop("VIRTUAL_ENV", None)
-    subprocess.run(["python3", "-m", "uv", *args], check=True, capture_output=True, env=env)
+    done = subprocess.run([str(UV), *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.fixture(scope="module")
