@@ -168,7 +168,7 @@ def load_categories(database_url: str, company: uuid.UUID, count: int, author: s
 
 
 def explain(db: Database, statement: Any) -> str:
-    with db.session() as session:
+    with db.unit_of_work() as session:
         sql = str(
             statement.compile(
                 dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}
@@ -238,7 +238,7 @@ def main() -> None:
             )
 
             db = Database(Settings(database_url=database_url))
-            with db.session() as session:
+            with db.unit_of_work() as session:
                 sample = session.execute(
                     text(
                         "SELECT resource_id, author_id, timestamp FROM activity_entries "

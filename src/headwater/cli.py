@@ -194,7 +194,7 @@ def demo(
 
     os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
     settings = _fresh_settings()
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         data = demo_data.seed(session)
     data_dir = Path(settings.data_dir).resolve()
     env_file = data_dir / "demo.env"
@@ -259,7 +259,7 @@ def companies_create(
     """Register a company; prints it with its id."""
     from headwater.identity import service as identity
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         company = identity.create_company(session, name=name)
         _print({"id": company.id, "name": company.name, "created_at": company.created_at})
 
@@ -279,7 +279,7 @@ def clients_create(
     """Register an ingestion client for a company."""
     from headwater.identity import service as identity
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         client = identity.create_client(
             session, company_id=company_id, client_id=client_id, name=name
         )
@@ -321,7 +321,7 @@ def credentials_create(
     """Issue an API credential. The secret is printed once and never again."""
     from headwater.identity import service as identity
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         issued = identity.create_credential(
             session, company_id=company_id, name=name, scopes=scopes, client_ids=client_ids or []
         )
@@ -348,7 +348,7 @@ def credentials_revoke(
     """Revoke a credential: it gets no new token."""
     from headwater.identity import service as identity
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         identity.revoke_credential(session, client_id)
     out.print(f"revoked {client_id}")
 
@@ -359,7 +359,7 @@ def keys_rotate() -> None:
     from headwater.identity import service as identity
 
     settings = get_settings()
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         key = identity.rotate_signing_key(session, passphrase=settings.signing_key_passphrase)
     out.print(f"signing with {key.kid}")
 
@@ -369,7 +369,7 @@ def keys_list() -> None:
     """Every key that verifies tokens, newest (the signing key) first."""
     from headwater.identity import service as identity
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         _print(
             [
                 {"kid": k.kid, "algorithm": k.algorithm, "created_at": k.created_at}
@@ -391,7 +391,7 @@ def keys_remove(
     """Remove an old key: tokens it signed stop verifying."""
     from headwater.identity import service as identity
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         identity.remove_signing_key(session, kid)
     out.print(f"removed {kid}")
 
@@ -415,7 +415,7 @@ def import_file(
     from headwater.workflows import importer
 
     document = importer.read(file)
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         identity.get_company(session, company_id)
         summary = importer.load(
             session, actor=Actor(company_id=company_id, author_id=author_id), document=document
@@ -430,7 +430,7 @@ def activity_checkpoint(
     """Print each company's chain head (count, hash): keep it outside the database."""
     from headwater.activity import service as activity
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         heads = activity.checkpoints(session, company_id=company_id)
         _print([{"company_id": h.company_id, "count": h.count, "hash": h.hash} for h in heads])
 
@@ -457,7 +457,7 @@ def activity_verify(
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise typer.BadParameter(f"not a checkpoint file: {exc}") from None
     broken = 0
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         # A checkpoint file names the companies to check; without one, every company.
         known = set(expected) or {h.company_id for h in activity.checkpoints(session)}
         companies = [company_id] if company_id else sorted(known)
@@ -501,7 +501,7 @@ def datasets_register(
     from headwater.ingestion.schemas import DatasetOptions
 
     parsed = DatasetOptions.model_validate(_json_file(options) if options else {})
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         view = datasets.register(
             session,
             author_id=CLI_OPERATOR,
@@ -519,7 +519,7 @@ def datasets_add_version(client_id: ClientId, dataset_id: DatasetId, schema: Sch
     """Add a schema version (checked for compatibility as the dataset's options say)."""
     from headwater.ingestion import datasets
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         view = datasets.add_version(
             session,
             author_id=CLI_OPERATOR,
@@ -542,7 +542,7 @@ def datasets_show(
     """Print a dataset (current schema, versions, options), or one schema version."""
     from headwater.ingestion import datasets
 
-    with _database().session() as session:
+    with _database().unit_of_work() as session:
         if version is None:
             view = datasets.get(session, client_id=client_id, dataset_id=dataset_id)
             _print(view.model_dump(mode="json"))

@@ -181,9 +181,14 @@ class Database:
         self.read_sessions = sessionmaker(self.reader, expire_on_commit=False)
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
+    def unit_of_work(self) -> Iterator[Session]:
+        """One use case's database work: a session committed when the block ends without
+        an error, rolled back when it raises. Services and their helpers flush (to see
+        constraint errors where they happen) but never commit: the unit of work does,
+        once, so a use case that calls several helpers stores all of it or nothing."""
         with self.sessions() as session:
             yield session
+            session.commit()
 
     @contextmanager
     def read_session(self) -> Iterator[Session]:

@@ -29,6 +29,7 @@ from headwater.ops.logs import configure_logging
 from headwater.ops.middleware import BodyLimitMiddleware, ObservabilityMiddleware
 from headwater.ops.openapi import build_openapi
 from headwater.runtime import build_runtime, start
+from headwater.web import problems
 from headwater.workflows import router as workflows_router
 
 VERSION = "0.1.0"
@@ -104,11 +105,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/docs/assets", ops_router.docs_assets, name="docs-assets")
 
     app.add_exception_handler(OAuthError, _oauth_error)
-    app.add_exception_handler(errors.DomainError, errors.handle_domain_error)
-    app.add_exception_handler(HTTPException, errors.handle_http_exception)
-    app.add_exception_handler(RequestValidationError, errors.handle_request_validation)
-    app.add_exception_handler(SQLAlchemyError, errors.handle_unexpected)
-    app.add_exception_handler(Exception, errors.handle_unexpected)
+    app.add_exception_handler(errors.DomainError, problems.handle_domain_error)
+    app.add_exception_handler(HTTPException, problems.handle_http_exception)
+    app.add_exception_handler(RequestValidationError, problems.handle_request_validation)
+    app.add_exception_handler(SQLAlchemyError, problems.handle_unexpected)
+    app.add_exception_handler(Exception, problems.handle_unexpected)
 
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, exempt=(UPLOAD_PATH,)

@@ -52,7 +52,7 @@ class Runtime:
 
 def _embedded_loader(db: Database) -> keyring.KeyLoader:
     def load() -> dict[str, jwt.PyJWK]:
-        with db.session() as session:
+        with db.unit_of_work() as session:
             return identity.verification_keys(session)
 
     async def load_async() -> dict[str, jwt.PyJWK]:
@@ -156,7 +156,7 @@ def _start_once(runtime: Runtime) -> None:
     settings = runtime.settings
     # Instances and workers starting together would race to create the bootstrap
     # credential and the first signing key: one does it, the others then find them.
-    with runtime.db.exclusive(START_LOCK), runtime.db.session() as session:
+    with runtime.db.exclusive(START_LOCK), runtime.db.unit_of_work() as session:
         if settings.bootstrap_client_id and settings.bootstrap_client_secret:
             identity.ensure_credential(
                 session,

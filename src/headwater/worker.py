@@ -41,7 +41,7 @@ async def forget_idempotency_keys(runtime: Runtime) -> None:
     window = timedelta(seconds=runtime.settings.idempotency_ttl_seconds)
 
     def purge() -> int:
-        with runtime.db.session() as session:
+        with runtime.db.unit_of_work() as session:
             return purge_idempotency_keys(session, older_than=window)
 
     purged = await anyio.to_thread.run_sync(purge)

@@ -109,7 +109,7 @@ def test_rolled_back_transaction_leaves_no_entry(tenant: Tenant, settings: Any) 
     before = len(_all(tenant))
     db = Database(settings)
     try:
-        with db.session() as session:
+        with db.unit_of_work() as session:
             record_entry(session, tenant)
             session.rollback()
     finally:

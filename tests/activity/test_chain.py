@@ -42,7 +42,7 @@ def chained(tenant: Tenant) -> uuid.UUID:
 
 
 def _verify(db: Database, company: uuid.UUID, checkpoint: chain.Head | None = None) -> Any:
-    with db.session() as session:
+    with db.unit_of_work() as session:
         return activity.verify(session, company_id=company, checkpoint=checkpoint)
 
 
@@ -55,7 +55,7 @@ def _sql(db: Database, sql: str, **params: Any) -> None:
             if isinstance(value, uuid.UUID)
         )
     )
-    with db.session() as session:
+    with db.unit_of_work() as session:
         session.execute(statement, params)
         session.commit()
 
@@ -118,7 +118,7 @@ def test_reordered_entries_are_found(db: Database, chained: uuid.UUID) -> None:
 def test_truncation_with_a_forged_head_is_found_by_the_checkpoint(
     db: Database, chained: uuid.UUID
 ) -> None:
-    with db.session() as session:
+    with db.unit_of_work() as session:
         head = activity.checkpoints(session, company_id=chained)[0]
         checkpoint = chain.Head(head.count, head.hash)
         previous = session.scalar(
@@ -141,7 +141,7 @@ def test_truncation_with_a_forged_head_is_found_by_the_checkpoint(
 
 
 def test_rewritten_history_is_found_by_the_checkpoint(db: Database, chained: uuid.UUID) -> None:
-    with db.session() as session:
+    with db.unit_of_work() as session:
         head = activity.checkpoints(session, company_id=chained)[0]
         checkpoint = chain.Head(head.count, head.hash)
     _rewrite_chain(db, chained, seq=1, after={"name": "rewritten"})
@@ -154,7 +154,7 @@ def _rewrite_chain(db: Database, company: uuid.UUID, *, seq: int, after: Any) ->
     """What an attacker with write access would do: change an entry and rehash after it."""
     from headwater.activity.models import ActivityEntry, ActivityHead
 
-    with db.session() as session:
+    with db.unit_of_work() as session:
         rows = (
             session.query(ActivityEntry)
             .filter_by(company_id=company)
@@ -175,7 +175,7 @@ def _rewrite_chain(db: Database, company: uuid.UUID, *, seq: int, after: Any) ->
 def test_the_chain_grows_past_a_checkpoint(
     db: Database, chained: uuid.UUID, tenant: Tenant
 ) -> None:
-    with db.session() as session:
+    with db.unit_of_work() as session:
         head = activity.checkpoints(session, company_id=chained)[0]
         checkpoint = chain.Head(head.count, head.hash)
     tenant.category("later")

@@ -37,18 +37,18 @@ def pg(settings: Settings, backend: str, client: Any) -> Iterator[Database]:
 def test_writes_for_different_companies_do_not_wait(
     pg: Database, tenant: Tenant, other_tenant: Tenant
 ) -> None:
-    with pg.session() as holder:
+    with pg.unit_of_work() as holder:
         record_entry(holder, tenant)  # holds tenant's chain head until it commits
-        with pg.session() as other:
+        with pg.unit_of_work() as other:
             other.execute(text("SET LOCAL lock_timeout = '2s'"))
             record_entry(other, other_tenant)
             other.commit()  # another company: no wait
-        with pg.session() as same, pytest.raises(OperationalError, match="lock timeout"):
+        with pg.unit_of_work() as same, pytest.raises(OperationalError, match="lock timeout"):
             same.execute(text("SET LOCAL lock_timeout = '200ms'"))
             record_entry(same, tenant)  # the same company: waits for the holder
         holder.commit()
     for t in (tenant, other_tenant):
-        with pg.session() as session:
+        with pg.unit_of_work() as session:
             assert activity.verify(session, company_id=uuid.UUID(t.company_id)).finding is None
 
 
@@ -73,7 +73,7 @@ def test_concurrent_writes_to_one_company_keep_one_chain(
     assert errors == []
     db = Database(settings)
     try:
-        with db.session() as session:
+        with db.unit_of_work() as session:
             result = activity.verify(session, company_id=uuid.UUID(tenant.company_id))
     finally:
         db.dispose()
@@ -110,7 +110,7 @@ def crowded(pg: Database) -> tuple[uuid.UUID, uuid.UUID, uuid.UUID]:
     start = utcnow_ms() - timedelta(days=300)
     types = ["workflow", "workflow_task", "workflow_category", "dataset"]
     actions = ["create", "update", "update", "delete"]
-    with pg.session() as session:
+    with pg.unit_of_work() as session:
         session.execute(
             insert(Company), [{"id": c, "name": "bulk", "created_at": start} for c in companies]
         )
@@ -150,7 +150,7 @@ def test_filtered_searches_use_indexes(pg: Database, crowded: Any, shape: str) -
     statements = activity.search_statements(
         company_id=company, query=ActivitySearch.model_validate(body)
     )
-    with pg.session() as session:
+    with pg.unit_of_work() as session:
         for query in (statements.page, statements.count):
             query = query.params(statements.params)
             sql = str(

@@ -199,7 +199,7 @@ def test_record_totals_follow_every_way_records_are_stored(
 
     db = Database(settings)
     try:
-        with db.session() as session:
+        with db.unit_of_work() as session:
             counted = session.execute(
                 text(
                     "SELECT count(*) FROM records r JOIN datasets d ON d.id = r.dataset_pk "

@@ -27,7 +27,7 @@ WHOAMI = "/platform/v1/whoami"
 def signing(settings: Any) -> Iterator[tuple[str, Any, str]]:
     """The service's current signing key: (kid, private key, public PEM)."""
     db = Database(settings)
-    with db.session() as session:
+    with db.unit_of_work() as session:
         key = identity.current_signing_key(session, passphrase=None)
     db.dispose()
     private = keyring.load_private_key(key.private_key_pem, None)

@@ -229,7 +229,7 @@ def test_key_rotation_keeps_old_tokens_until_the_key_is_removed(
     old_kid = jwt.get_unverified_header(old_token)["kid"]
     db = Database(settings)
     try:
-        with db.session() as session:
+        with db.unit_of_work() as session:
             new_kid = identity.rotate_signing_key(session, passphrase=None).kid
         new_token = get_token(client, cred["client_id"], cred["client_secret"])
         assert jwt.get_unverified_header(new_token)["kid"] == new_kid != old_kid
@@ -237,7 +237,7 @@ def test_key_rotation_keeps_old_tokens_until_the_key_is_removed(
         assert kids[0] == new_kid and old_kid in kids
         for token in (old_token, new_token):
             assert client.get("/platform/v1/whoami", headers=auth(token)).status_code == 200
-        with db.session() as session:
+        with db.unit_of_work() as session:
             identity.remove_signing_key(session, old_kid)
     finally:
         db.dispose()
@@ -250,7 +250,7 @@ def test_key_rotation_keeps_old_tokens_until_the_key_is_removed(
 def test_current_signing_key_cannot_be_removed(settings: Any) -> None:
     db = Database(settings)
     try:
-        with db.session() as session:
+        with db.unit_of_work() as session:
             current = identity.current_signing_key(session, passphrase=None)
             with pytest.raises(identity.InvalidCredentialRequest):
                 identity.remove_signing_key(session, current.kid)

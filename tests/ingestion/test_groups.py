@@ -20,7 +20,8 @@ import sqlalchemy.exc
 from headwater.db import Database
 from headwater.errors import DomainError
 from headwater.identity.tokens import Principal
-from headwater.ingestion import groups, repository, service
+from headwater.ingestion import groups, service, sinks
+from headwater.ingestion.router import push_response
 from headwater.ingestion.schemas import PushResult
 from tests.ingestion.conftest import DataTenant, order
 
@@ -95,8 +96,10 @@ def test_a_group_stores_each_transaction_as_its_answer_says(data_tenant: DataTen
     ]
     pushes = [service.SmallPush(caller, data_tenant.client_id, "orders", b) for b in batches]
     outcomes = service.push_group(database, pushes)
-    answers = [orjson.loads(o.body) for o in outcomes if not isinstance(o, DomainError)]
-    assert [getattr(o, "status", None) for o in outcomes] == [200, 200, 422, 200]
+    assert all(isinstance(o, service.Pushed) for o in outcomes)
+    responses = [push_response(o) for o in outcomes if isinstance(o, service.Pushed)]
+    answers = [orjson.loads(r.body) for r in responses]
+    assert [r.status_code for r in responses] == [200, 200, 422, 200]
     for batch, answer in zip(batches, answers, strict=True):
         got = data_tenant.client.get(
             f"/platform/v1/transactions/{answer['transaction_id']}",
@@ -135,10 +138,10 @@ def test_a_group_that_fails_as_a_whole_is_stored_one_push_at_a_time(
     """Whatever fails a group's transaction, each push is tried again on its own."""
     store = service._store
 
-    def failing_for_groups(connection: Any, pushes: list[Any]) -> None:
-        if len(pushes) > 1:
+    def failing_for_groups(connection: Any, transactions: list[Any], batches: list[Any]) -> None:
+        if len(transactions) > 1:
             raise sqlalchemy.exc.IntegrityError("INSERT", {}, Exception("as if"))
-        store(connection, pushes)
+        store(connection, transactions, batches)
 
     monkeypatch.setattr(service, "_store", failing_for_groups)
     database: Database = data_tenant.client.app.state.runtime.db  # type: ignore[attr-defined]
@@ -148,7 +151,7 @@ def test_a_group_that_fails_as_a_whole_is_stored_one_push_at_a_time(
     ]
     pushes.append(service.SmallPush(caller, data_tenant.client_id, "missing", [order(9)]))
     outcomes = service.push_group(database, pushes)
-    assert [getattr(o, "status", None) for o in outcomes[:5]] == [200] * 5
+    assert [getattr(o, "accepted", None) for o in outcomes[:5]] == [True] * 5
     assert isinstance(outcomes[5], DomainError) and outcomes[5].status == 404
     assert len(data_tenant.records(page_size=100)) == 5
 
@@ -172,7 +175,7 @@ def test_a_group_write_is_all_or_nothing(data_tenant: DataTenant) -> None:
     ]
     clash = dataclasses.replace(checked[1], transaction={**checked[1].transaction, "id": taken})
     with pytest.raises(sqlalchemy.exc.IntegrityError), database.atomic() as connection:
-        service._store(connection, [checked[0], clash])
+        service._store(connection, *service._rows([checked[0], clash]))
 
     stored = data_tenant.client.get(
         "/platform/v1/data",
@@ -204,7 +207,7 @@ def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatc
 
     def fake_group(_db: Any, pushes: list[Any]) -> list[Any]:
         written.extend(len(p.records) for p in pushes)
-        return [service.Answer(status=200, body=b"{}") for _ in pushes]
+        return [service.Pushed({"status": "completed"}) for _ in pushes]
 
     monkeypatch.setattr(service, "push_group", fake_group)
     monkeypatch.setattr(groups, "WRITERS", 1)
@@ -220,7 +223,7 @@ def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatc
                 for _ in range(wave % 7 + 1)
             ]
             answers = await asyncio.wait_for(asyncio.gather(*pushes), timeout=10)
-            assert [a.status for a in answers] == [200] * len(pushes)
+            assert [a.accepted for a in answers] == [True] * len(pushes)
             for _ in range(wave % 23):  # the next wave comes at every moment of the writer's
                 await asyncio.sleep(0)  # wind-down: its turns, its check, its end
 
@@ -267,7 +270,7 @@ def test_a_group_whose_write_fails_on_the_loop_is_written_again_on_a_thread(
         calls.append(1)
         raise psycopg.errors.SerializationFailure("as if")
 
-    monkeypatch.setattr(repository, "store_async", failing)
+    monkeypatch.setattr(sinks.PostgresSink, "store_async", failing)
     answers = _concurrently([(lambda n=n: pg_tenant.push([order(n)])) for n in range(1, 7)])
     assert [a.status_code for a in answers] == [200] * 6
     assert calls, "the loop's write was tried first"
@@ -281,11 +284,11 @@ def test_a_database_lost_under_a_group_on_the_loop_answers_503(
     """A connection that breaks under a group's write: 503 (with Retry-After), and the
     group is not tried again (whether the write committed is unknown)."""
 
-    async def lost(connection: psycopg.AsyncConnection[Any], *_args: Any) -> None:
+    async def lost(_sink: Any, connection: psycopg.AsyncConnection[Any], *_args: Any) -> None:
         await connection.close()  # as when the server goes away mid-statement
         raise psycopg.OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(repository, "store_async", lost)
+    monkeypatch.setattr(sinks.PostgresSink, "store_async", lost)
     answer = pg_tenant.push([order(1)])
     assert answer.status_code == 503, answer.text
     assert answer.headers["content-type"].startswith("application/problem+json")
@@ -300,7 +303,7 @@ def test_large_pushes_are_checked_two_at_a_time_and_keyed_small_ones_are_not_hel
     most = {"large": 0, "small": 0}
     gate = threading.Barrier(4, timeout=10)  # four keyed small pushes must meet at once
 
-    def fake_push(_db: Any, _caller: Any, *, body: bytes, **_: Any) -> service.Answer:
+    def fake_push(_db: Any, _caller: Any, *, body: bytes, **_: Any) -> service.Pushed:
         kind = "large" if len(body) > groups.SMALL_BODY else "small"
         with lock:
             running[kind] += 1
@@ -311,7 +314,7 @@ def test_large_pushes_are_checked_two_at_a_time_and_keyed_small_ones_are_not_hel
             time.sleep(0.02)
         with lock:
             running[kind] -= 1
-        return service.Answer(status=200, body=b"{}")
+        return service.Pushed({"status": "completed"})
 
     lock = threading.Lock()
     monkeypatch.setattr(service, "push", fake_push)
@@ -320,7 +323,7 @@ def test_large_pushes_are_checked_two_at_a_time_and_keyed_small_ones_are_not_hel
     caller, limits = _anyone(), _LIMITS
     large = b" " * (groups.SMALL_BODY + 1)
 
-    async def pushes() -> list[service.Answer]:
+    async def pushes() -> list[service.Pushed]:
         return await asyncio.gather(
             *[
                 queue.push(caller, body=large, idempotency_key=None, limits=limits)
@@ -334,6 +337,6 @@ def test_large_pushes_are_checked_two_at_a_time_and_keyed_small_ones_are_not_hel
 
     answers = asyncio.run(asyncio.wait_for(pushes(), timeout=20))
     asyncio.run(queue.close())
-    assert [a.status for a in answers] == [200] * 10
+    assert [a.accepted for a in answers] == [True] * 10
     assert most["large"] == groups.LARGE_AT_ONCE
     assert most["small"] == 4

@@ -95,7 +95,7 @@ def test_keys_expire_after_24_hours(data_tenant: DataTenant, settings: Settings)
     first = data_tenant.push(order(1), key="old")
     db = Database(settings)
     try:
-        with db.session() as session:
+        with db.unit_of_work() as session:
             session.execute(
                 update(IdempotencyKey)
                 .where(IdempotencyKey.key == "old")
@@ -118,7 +118,7 @@ def test_worker_purges_expired_keys(data_tenant: DataTenant, settings: Settings)
     data_tenant.push(order(1), key="purge-me")
     db = Database(settings)
     try:
-        with db.session() as session:
+        with db.unit_of_work() as session:
             session.execute(
                 update(IdempotencyKey)
                 .where(IdempotencyKey.key == "purge-me")

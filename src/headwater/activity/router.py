@@ -7,8 +7,8 @@ from starlette.responses import Response
 
 from headwater.activity import service
 from headwater.activity.schemas import ActivityEntryRead, ActivitySearch
-from headwater.deps import ActivitiesRead, ReaderDep, StrictRoute
 from headwater.kit.pagination import Page
+from headwater.web.deps import ActivitiesRead, ReaderDep, StrictRoute
 
 router = APIRouter(prefix="/app/v1", tags=["activity"], route_class=StrictRoute)
 

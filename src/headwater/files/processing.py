@@ -29,9 +29,8 @@ from headwater.db import Database
 from headwater.files import parsers
 from headwater.files.models import DONE, QUEUED, RUNNING, FileJob, FileUpload, QuarantinedRow
 from headwater.files.stores import Store
-from headwater.ingestion import datasets, validation
-from headwater.ingestion.models import Dataset, Transaction
-from headwater.ingestion.repository import insert_records
+from headwater.ingestion import api as ingestion
+from headwater.ingestion import validation
 from headwater.kit.clock import utcnow_ms
 
 log = structlog.get_logger("headwater.files")
@@ -105,7 +104,7 @@ def claim_next(
         now = utcnow_ms()
         with db.begin() as connection:
             row = connection.execute(
-                select(FileJob.id, FileJob.attempts, FileJob.file_id)
+                select(FileJob.id, FileJob.attempts, FileUpload.transaction_id)
                 .join(FileUpload, FileUpload.id == FileJob.file_id)
                 .where(
                     FileJob.bucket == bucket,
@@ -121,22 +120,15 @@ def claim_next(
             ).one_or_none()
             if row is None:
                 return None
-            transaction_id = (
-                select(FileUpload.transaction_id)
-                .where(FileUpload.id == row.file_id)
-                .scalar_subquery()
-            )
             if row.attempts >= settings.max_attempts:
                 _finish(connection, row.id, now=now)
-                connection.execute(
-                    update(Transaction)
-                    .where(Transaction.id == transaction_id)
-                    .values(
-                        status="failed",
-                        completed_at=now,
-                        error_count=1,
-                        errors=[file_error(0, 0, f"processing failed {row.attempts} times")],
-                    )
+                ingestion.finish(
+                    connection,
+                    row.transaction_id,
+                    ingestion.Status.FAILED,
+                    completed_at=now,
+                    error_count=1,
+                    errors=[file_error(0, 0, f"processing failed {row.attempts} times")],
                 )
                 log.error("file job failed for good", job=str(row.id), attempts=row.attempts)
                 continue
@@ -145,11 +137,7 @@ def claim_next(
                 .where(FileJob.id == row.id)
                 .values(state=RUNNING, claimed_by=worker, claimed_at=now, attempts=row.attempts + 1)
             )
-            connection.execute(
-                update(Transaction)
-                .where(Transaction.id == transaction_id)
-                .values(started_at=now, records_processed=None)
-            )
+            ingestion.started(connection, row.transaction_id, at=now)
             return uuid.UUID(str(row.id))
 
 
@@ -204,11 +192,7 @@ class _Progress:
         self.last = time.monotonic()
         try:
             with self.db.atomic() as connection:
-                connection.execute(
-                    update(Transaction)
-                    .where(Transaction.id == self.transaction_id)
-                    .values(records_processed=count)
-                )
+                ingestion.progress(connection, self.transaction_id, count)
         except Exception as exc:  # progress is a courtesy: never a reason to fail the file
             log.warning("progress not written", error=str(exc).splitlines()[0])
 
@@ -256,58 +240,35 @@ def run_job(
         ).one_or_none()
         if job is None:
             return False
-        target = connection.execute(
+        upload = connection.execute(
             select(
                 FileUpload.transaction_id,
                 FileUpload.object_key,
                 FileUpload.content_type,
                 FileUpload.size,
-                Transaction.company_id,
-                Dataset.id.label("dataset_pk"),
-                Dataset.schema_version,
-                Dataset.options,
-            )
-            .join(Transaction, Transaction.id == FileUpload.transaction_id)
-            .join(Dataset, Dataset.id == Transaction.dataset_pk)
-            .where(FileUpload.id == job.file_id)
+            ).where(FileUpload.id == job.file_id)
         ).one()
-        file = _File(
-            connection,
-            transaction_id=target.transaction_id,
-            company_id=target.company_id,
-            dataset_pk=target.dataset_pk,
-            version=target.schema_version,
-            quarantine=target.options.get("invalid_rows") == "quarantine",
-            batch_rows=settings.batch_rows,
-        )
-        check = datasets.compiled(
-            connection,
-            dataset_pk=target.dataset_pk,
-            version=target.schema_version,
-            options=target.options,
-            coerce=True,
-        )
-        with store.open(target.object_key) as stream:
+        target = ingestion.file_target(connection, upload.transaction_id)
+        file = _File(connection, target, batch_rows=settings.batch_rows)
+        with store.open(upload.object_key) as stream:
             rows = parsers.rows(
                 stream,
-                target.content_type,
+                upload.content_type,
                 max_depth=settings.max_depth,
-                compressed_size=target.size or 0,
+                compressed_size=upload.size or 0,
                 max_expanded=settings.max_expanded,
             )
             progress = _Progress(db, target.transaction_id)
-            outcome = file.process(_watched(rows, stop=stop, progress=progress), check)
+            outcome = file.process(_watched(rows, stop=stop, progress=progress))
         now = utcnow_ms()
-        connection.execute(
-            update(Transaction)
-            .where(Transaction.id == target.transaction_id)
-            .values(
-                status=outcome,
-                schema_version=target.schema_version,
-                completed_at=now,
-                records_processed=file.tally.received,
-                **file.tally.columns(),
-            )
+        ingestion.finish(
+            connection,
+            target.transaction_id,
+            outcome,
+            schema_version=target.version,
+            completed_at=now,
+            records_processed=file.tally.received,
+            **file.tally.columns(),
         )
         _finish(connection, job_id, now=now)
     log.info(
@@ -325,27 +286,14 @@ class _File:
     """One file's rows on their way into the database, inside the caller's transaction."""
 
     def __init__(
-        self,
-        connection: Connection,
-        *,
-        transaction_id: uuid.UUID,
-        company_id: uuid.UUID,
-        dataset_pk: uuid.UUID,
-        version: int,
-        quarantine: bool,
-        batch_rows: int,
+        self, connection: Connection, target: ingestion.FileTarget, *, batch_rows: int
     ) -> None:
         self.connection = connection
-        self.transaction_id = transaction_id
-        self.company_id = company_id
-        self.dataset_pk = dataset_pk
-        self.version = version
-        self.quarantine = quarantine
+        self.target = target
         self.batch_rows = batch_rows
         self.tally = Tally()
-        self.ingested_at = utcnow_ms()
 
-    def process(self, rows: Any, check: datasets.Compiled) -> str:
+    def process(self, rows: Any) -> ingestion.Status:
         """Store every valid row (in batches) and handle the invalid ones by the dataset's
         policy; answers the transaction's status. Nothing is stored for a rejected file.
 
@@ -356,7 +304,7 @@ class _File:
         savepoint = self.connection.begin_nested()
         writer = _Writer(self._write)
         try:
-            outcome = self._rows(rows, check, writer)
+            outcome = self._rows(rows, writer)
         except parsers.FileUnreadable as exc:
             writer.close(discard=True)
             savepoint.rollback()
@@ -365,19 +313,21 @@ class _File:
             tally.error_count += 1
             tally.errors.insert(0, file_error(tally.received, exc.line, exc.message))
             del tally.errors[validation.MAX_LISTED_ERRORS :]
-            return "rejected"
+            return ingestion.Status.REJECTED
         except BaseException:
             writer.close(discard=True)
             raise
         writer.close()
-        if outcome == "rejected":
+        if outcome == ingestion.Status.REJECTED:
             savepoint.rollback()
             self.tally.accepted = 0
         else:
             savepoint.commit()
         return outcome
 
-    def _rows(self, rows: Any, check: datasets.Compiled, writer: _Writer) -> str:
+    def _rows(self, rows: Any, writer: _Writer) -> ingestion.Status:
+        target = self.target
+        check = target.check
         normalise, is_valid = check.normaliser, check.validator.is_valid
         batch_rows, tally = self.batch_rows, self.tally
         records: list[dict[str, Any]] = []
@@ -401,12 +351,12 @@ class _File:
             else:
                 errors = [{"path": "", "keyword": row.keyword, "message": row.message}]
             tally.invalid(index, row.line, errors)
-            if self.quarantine:
+            if target.quarantine:
                 held.append(
                     {
-                        "company_id": self.company_id,
-                        "dataset_pk": self.dataset_pk,
-                        "transaction_id": self.transaction_id,
+                        "company_id": target.company_id,
+                        "dataset_pk": target.dataset_pk,
+                        "transaction_id": target.transaction_id,
                         "line": row.line,
                         "record": index,
                         "data": data,
@@ -421,23 +371,15 @@ class _File:
                 rejecting = True
                 records = []
         if rejecting:
-            return "rejected"
+            return ingestion.Status.REJECTED
         tally.accepted += len(records)
         writer.put((records, held))
-        return "completed"
+        return ingestion.Status.COMPLETED
 
     def _write(self, batch: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
         records, held = batch
         if records:
-            insert_records(
-                self.connection,
-                records,
-                company_id=self.company_id,
-                dataset_pk=self.dataset_pk,
-                transaction_id=self.transaction_id,
-                schema_version=self.version,
-                ingested_at=self.ingested_at,
-            )
+            ingestion.store_rows(self.connection, self.target, records)
         if held:
             self.connection.execute(insert(QuarantinedRow), held)
 

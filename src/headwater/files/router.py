@@ -11,7 +11,14 @@ from fastapi import APIRouter, Header, Path, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from headwater.deps import (
+from headwater.errors import MalformedJSON, NotFound
+from headwater.files import service
+from headwater.files.schemas import QuarantinedRowRead, QuarantineQuery, UploadUrl, UploadUrlQuery
+from headwater.files.stores import UPLOAD_PATH, EmbeddedStore
+from headwater.ingestion.schemas import TransactionRead
+from headwater.ingestion.service import transaction_read
+from headwater.kit.pagination import Page
+from headwater.web.deps import (
     DataRead,
     DataWrite,
     ReadSessionDep,
@@ -20,14 +27,7 @@ from headwater.deps import (
     SignedRoute,
     StrictRoute,
 )
-from headwater.errors import MalformedJSON, NotFound
-from headwater.files import service
-from headwater.files.schemas import QuarantinedRowRead, QuarantineQuery, UploadUrl, UploadUrlQuery
-from headwater.files.stores import UPLOAD_PATH, EmbeddedStore
-from headwater.ingestion.schemas import TransactionRead
-from headwater.ingestion.service import get_transaction, transaction_view
-from headwater.kit.pagination import Page
-from headwater.kit.responses import json_response
+from headwater.web.responses import json_response
 
 router = APIRouter(prefix="/platform/v1", tags=["data"], route_class=StrictRoute)
 uploads = APIRouter(tags=["upload (embedded store)"], route_class=SignedRoute)
@@ -97,8 +97,7 @@ def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: Runt
     with their new errors. Answers the new transaction."""
     new_id = service.resubmit(runtime.db, caller, transaction_id)
     with runtime.db.read_session() as session:
-        transaction = get_transaction(session, caller, new_id)
-        return json_response(transaction_view(transaction), status_code=201)
+        return json_response(transaction_read(session, caller, new_id), status_code=201)
 
 
 _FILE_BODY = {"schema": {"type": "string", "format": "binary"}}

@@ -41,11 +41,8 @@ from headwater.files.processing import MAX_ROW_ERRORS, Tally, file_error
 from headwater.files.schemas import QuarantineQuery, UploadUrl, UploadUrlQuery
 from headwater.files.stores import EmbeddedStore, Incoming, Store
 from headwater.identity.tokens import Principal
-from headwater.ingestion import datasets, validation
-from headwater.ingestion.errors import TransactionNotFound
-from headwater.ingestion.models import Dataset, Transaction
-from headwater.ingestion.repository import insert_records
-from headwater.ingestion.service import get_transaction
+from headwater.ingestion import api as ingestion
+from headwater.ingestion import validation
 from headwater.kit.clock import utcnow, utcnow_ms
 from headwater.kit.pagination import paginate
 
@@ -69,39 +66,24 @@ def create_upload_url(
     content_type = _media_type(query.content_type)
     if content_type not in parsers.CONTENT_TYPES:
         raise UnsupportedFileType(query.content_type)
-    datasets.usable_client(session, caller, query.client_id)
-    dataset = datasets.find(session, client_id=query.client_id, dataset_id=query.dataset_id)
+    dataset = ingestion.dataset_for(session, caller, query.client_id, query.dataset_id)
     now = utcnow_ms()
     lifetime = settings.upload_url_lifetime_seconds
     expires_at = now + timedelta(seconds=lifetime)
-    transaction = Transaction(
-        id=uuid.uuid4(),
-        company_id=dataset.company_id,
-        dataset_pk=dataset.id,
-        client_id=dataset.client_id,
-        dataset_id=dataset.dataset_id,
-        kind="file",
+    transaction_id = ingestion.open_file(
+        session,
+        dataset,
         channel="upload",
-        status="awaiting_upload",
-        schema_version=None,
-        records_received=0,
-        records_accepted=0,
-        records_rejected=0,
-        error_count=0,
-        errors=[],
+        author_id=caller.author_id,
         file_name=query.file_name,
         content_type=content_type,
-        author_id=caller.author_id,
-        created_at=now,
     )
     file_id = uuid.uuid4()
     key = store.object_key(company_id=dataset.company_id, file_id=file_id)
-    session.add(transaction)
-    session.flush()
     session.add(
         FileUpload(
             id=file_id,
-            transaction_id=transaction.id,
+            transaction_id=transaction_id,
             company_id=dataset.company_id,
             bucket=store.bucket,
             object_key=key,
@@ -115,11 +97,11 @@ def create_upload_url(
     url = store.upload_url(
         key=key, content_type=content_type, max_bytes=settings.max_file_bytes, expires_at=expires_at
     )
-    session.commit()
+    session.flush()
     return UploadUrl(
         upload_url=url,
         headers={"Content-Type": content_type},
-        transaction_id=transaction.id,
+        transaction_id=transaction_id,
         file_id=file_id,
         expires_at=expires_at,
         expires_in=lifetime,
@@ -142,11 +124,7 @@ def _mark_uploaded(
     ).rowcount
     if not moved:
         return False
-    connection.execute(
-        update(Transaction)
-        .where(Transaction.id == upload.transaction_id)
-        .values(status="processing", file_size=size, uploaded_at=now)
-    )
+    ingestion.received(connection, upload.transaction_id, size=size, at=now)
     connection.execute(
         dialect_insert(connection.dialect)(FileJob)
         .values(
@@ -173,18 +151,15 @@ def _refuse(connection: Connection, upload: Any, *, size: int | None, message: s
         .values(state=REFUSED, size=size, uploaded_at=now)
     ).rowcount
     if moved:
-        error = file_error(0, 0, message)
-        connection.execute(
-            update(Transaction)
-            .where(Transaction.id == upload.transaction_id)
-            .values(
-                status="rejected",
-                file_size=size,
-                uploaded_at=now,
-                completed_at=now,
-                error_count=1,
-                errors=[error],
-            )
+        ingestion.finish(
+            connection,
+            upload.transaction_id,
+            ingestion.Status.REJECTED,
+            file_size=size,
+            uploaded_at=now,
+            completed_at=now,
+            error_count=1,
+            errors=[file_error(0, 0, message)],
         )
 
 
@@ -430,10 +405,8 @@ def expire_uploads(db: Database, *, grace: timedelta, limit: int = 500) -> int:
             ).rowcount
             if moved:
                 expired += 1
-                connection.execute(
-                    update(Transaction)
-                    .where(Transaction.id == row.transaction_id)
-                    .values(status="expired", completed_at=now)
+                ingestion.finish(
+                    connection, row.transaction_id, ingestion.Status.EXPIRED, completed_at=now
                 )
     return expired
 
@@ -441,19 +414,10 @@ def expire_uploads(db: Database, *, grace: timedelta, limit: int = 500) -> int:
 # --- quarantine -------------------------------------------------------------------------------
 
 
-def _file_transaction(
-    session: Session, caller: Principal, transaction_id: uuid.UUID
-) -> Transaction:
-    transaction = get_transaction(session, caller, transaction_id)
-    if transaction.kind != "file":
-        raise TransactionNotFound(f"Transaction {transaction_id} is not a file transaction.")
-    return transaction
-
-
 def quarantined(
     session: Session, caller: Principal, transaction_id: uuid.UUID, query: QuarantineQuery
 ) -> tuple[Sequence[QuarantinedRow], int]:
-    _file_transaction(session, caller, transaction_id)
+    ingestion.file_transaction(session, caller, transaction_id)
     statement = select(QuarantinedRow).where(QuarantinedRow.transaction_id == transaction_id)
     if query.status == "open":
         statement = statement.where(QuarantinedRow.resolved_by.is_(None))
@@ -470,19 +434,12 @@ def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid
     schema in a new transaction: valid rows are stored, the others move to it with their
     new errors. One database transaction: all of it happens, or none."""
     with db.read_session() as session:
-        source = _file_transaction(session, caller, transaction_id)
-        dataset = session.get(Dataset, source.dataset_pk)
-        assert dataset is not None
+        source = ingestion.file_transaction(session, caller, transaction_id)
     new_id = uuid.uuid4()
     now = utcnow_ms()
     with db.begin() as connection:
-        check = datasets.compiled(
-            connection,
-            dataset_pk=dataset.id,
-            version=dataset.schema_version,
-            options=dataset.options,
-            coerce=True,
-        )
+        target = ingestion.file_target(connection, transaction_id)
+        check = target.check
         tally = Tally()
         after = 0
         while True:
@@ -527,39 +484,16 @@ def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid
                     .values(transaction_id=new_id, errors=errors[:MAX_ROW_ERRORS])
                 )
             tally.accepted += len(stored)
-            insert_records(
-                connection,
-                stored,
-                company_id=source.company_id,
-                dataset_pk=dataset.id,
-                transaction_id=new_id,
-                schema_version=dataset.schema_version,
-                ingested_at=now,
-            )
+            ingestion.store_rows(connection, target, stored, transaction_id=new_id)
         if not tally.received:
             raise NothingToResubmit(f"Transaction {transaction_id} has no open quarantined rows.")
-        connection.execute(
-            Transaction.__table__.insert(),  # type: ignore[attr-defined]
-            [
-                {
-                    "id": new_id,
-                    "company_id": source.company_id,
-                    "dataset_pk": dataset.id,
-                    "client_id": source.client_id,
-                    "dataset_id": source.dataset_id,
-                    "kind": "file",
-                    "channel": source.channel,
-                    "status": "completed",
-                    "schema_version": dataset.schema_version,
-                    "file_name": source.file_name,
-                    "file_size": source.file_size,
-                    "content_type": source.content_type,
-                    "author_id": caller.author_id,
-                    "created_at": now,
-                    "started_at": now,
-                    "completed_at": utcnow_ms(),
-                    **tally.columns(),
-                }
-            ],
+        ingestion.record_finished(
+            connection,
+            source,
+            target,
+            transaction_id=new_id,
+            author_id=caller.author_id,
+            started_at=now,
+            **tally.columns(),
         )
     return new_id

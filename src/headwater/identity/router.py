@@ -6,15 +6,6 @@ import uuid
 
 from fastapi import APIRouter, Response, status
 
-from headwater.deps import (
-    Admin,
-    Authenticated,
-    Paging,
-    ReadSessionDep,
-    RuntimeDep,
-    SessionDep,
-    StrictRoute,
-)
 from headwater.identity import service
 from headwater.identity.schemas import (
     ClientCreate,
@@ -27,7 +18,16 @@ from headwater.identity.schemas import (
     WhoAmI,
 )
 from headwater.kit.pagination import Page
-from headwater.kit.responses import json_response
+from headwater.web.deps import (
+    Admin,
+    Authenticated,
+    Paging,
+    ReadSessionDep,
+    RuntimeDep,
+    SessionDep,
+    StrictRoute,
+)
+from headwater.web.responses import json_response
 
 router = APIRouter(prefix="/admin/v1", tags=["operator"], route_class=StrictRoute)
 token_info = APIRouter(tags=["identity provider"], route_class=StrictRoute)

@@ -36,7 +36,7 @@ from headwater.kit.pagination import PageQuery, paginate
 def create_company(session: Session, *, name: str) -> Company:
     company = Company(id=uuid.uuid4(), name=name, created_at=utcnow())
     session.add(company)
-    session.commit()
+    session.flush()
     return company
 
 
@@ -62,7 +62,7 @@ def revoke_company(session: Session, company_id: uuid.UUID) -> None:
         .where(Credential.company_id == company_id, Credential.revoked_at.is_(None))
         .values(revoked_at=now)
     )
-    session.commit()
+    session.flush()
 
 
 # --- ingestion clients -------------------------------------------------------------------
@@ -77,11 +77,10 @@ def create_client(
     client = IngestionClient(
         client_id=client_id, company_id=company_id, name=name, created_at=utcnow()
     )
-    session.add(client)
     try:
-        session.commit()
+        with session.begin_nested():  # a savepoint: the unit of work goes on
+            session.add(client)
     except IntegrityError:  # a concurrent create of the same id won
-        session.rollback()
         raise ClientExists(f"The ingestion client id {client_id!r} is taken.") from None
     return client
 
@@ -106,7 +105,7 @@ def list_clients(
 def revoke_client(session: Session, *, company_id: uuid.UUID, client_id: str) -> None:
     client = get_client(session, company_id=company_id, client_id=client_id)
     client.revoked_at = client.revoked_at or utcnow()
-    session.commit()
+    session.flush()
 
 
 # --- credentials -------------------------------------------------------------------------
@@ -158,7 +157,7 @@ def create_credential(
         created_at=utcnow(),
     )
     session.add(credential)
-    session.commit()
+    session.flush()
     return IssuedCredential(credential=credential, client_secret=secret)
 
 
@@ -216,7 +215,7 @@ def revocations(session: Session, *, since: datetime) -> Revocations:
 def revoke_credential(session: Session, client_id: str) -> None:
     credential = get_credential(session, client_id)
     credential.revoked_at = credential.revoked_at or utcnow()
-    session.commit()
+    session.flush()
 
 
 def ensure_credential(
@@ -250,7 +249,7 @@ def ensure_credential(
     credential.scopes = sorted(set(scopes))
     credential.client_ids = list(dict.fromkeys(client_ids))
     credential.revoked_at = None
-    session.commit()
+    session.flush()
     return credential
 
 
@@ -276,7 +275,7 @@ def rotate_signing_key(session: Session, *, passphrase: str | None) -> SigningKe
         created_at=utcnow(),
     )
     session.add(key)
-    session.commit()
+    session.flush()
     return key
 
 
@@ -292,7 +291,7 @@ def remove_signing_key(session: Session, kid: str) -> None:
     if keys[0].kid == kid:
         raise InvalidCredentialRequest("The current signing key cannot be removed; rotate first.")
     session.delete(next(k for k in keys if k.kid == kid))
-    session.commit()
+    session.flush()
 
 
 def jwks(session: Session) -> dict[str, Any]:

@@ -12,13 +12,13 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from headwater.deps import RuntimeDep, StrictRoute
 from headwater.identity import service
 from headwater.identity.errors import OAuthError
 from headwater.identity.schemas import OAuthErrorBody, TokenRequest, TokenResponse
 from headwater.identity.tokens import GRANT_TYPE, SCOPES
 from headwater.kit import strictjson
 from headwater.kit.gate import GateFull
+from headwater.web.deps import RuntimeDep, StrictRoute
 
 router = APIRouter(tags=["identity provider"], route_class=StrictRoute)
 
@@ -209,7 +209,7 @@ async def jwks(runtime: RuntimeDep) -> JSONResponse:
     """Every public key that verifies tokens, newest (the signing key) first."""
 
     def load() -> dict[str, Any]:
-        with runtime.db.session() as session:
+        with runtime.db.unit_of_work() as session:
             return service.jwks(session)
 
     return JSONResponse(

@@ -370,7 +370,7 @@ def register(
     session.flush()
     _audit(session, actor=actor, action="create", dataset=dataset, before=None)
     _add_version(session, dataset, schema=schema, actor=actor)
-    session.commit()
+    session.flush()
     return views(session, [dataset])[0]
 
 
@@ -434,7 +434,7 @@ def add_version(
     session.flush()
     _audit(session, actor=actor, action="update", dataset=dataset, before=before)
     _add_version(session, dataset, schema=schema, actor=actor)
-    session.commit()
+    session.flush()
     return views(session, [dataset])[0]
 
 
@@ -459,5 +459,5 @@ def set_options(
         dataset=dataset,
         before=before,
     )
-    session.commit()
+    session.flush()
     return views(session, [dataset])[0]

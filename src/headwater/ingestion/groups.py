@@ -3,12 +3,12 @@
 A single-record push costs a database write of its own, most of it fixed cost. Under
 concurrency, the pushes that arrive while one group is being written wait and go
 together in the next: one read per (client, dataset), then one write of all their
-transactions, counts and records (on PostgreSQL a single statement: two round trips a
-group, made from the event loop, `service.push_group_async`; elsewhere, and when that
-leaves a group, on a thread, `service.push_group`). Before it takes a group, a
-writer lets the event loop turn a few times, so that requests already read from their
-sockets join it. Under light load a group is one push and waits microseconds; the
-heavier the load, the larger the groups.
+transactions, events, counts and records. The sink writes it: PostgreSQL's from the
+event loop (`PostgresSink.write_group`: two round trips a group, no thread); the
+portable one, and any group the loop leaves, on a thread (`service.push_group`).
+Before it takes a group, a writer lets the event loop turn a few times, so that
+requests already read from their sockets join it. Under light load a group is one
+push and waits microseconds; the heavier the load, the larger the groups.
 
 Every push still gets its own transaction row and its own answer, and a 200 is still
 sent only after the commit that holds its records (`service.push_group`). Pushes with an
@@ -27,9 +27,8 @@ import anyio.to_thread
 import psycopg
 
 from headwater.db import Database
-from headwater.errors import DomainError
 from headwater.identity.tokens import Principal
-from headwater.ingestion import service
+from headwater.ingestion import service, sinks
 
 # Bodies up to this size go in groups; larger batches already share their fixed costs.
 SMALL_BODY = 16 * 1024
@@ -53,13 +52,14 @@ class PushQueue:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._waiting: list[tuple[service.SmallPush, asyncio.Future[service.Answer]]] = []
+        self._waiting: list[tuple[service.SmallPush, asyncio.Future[service.Pushed]]] = []
         self._writers: set[asyncio.Task[None]] = set()
         # PostgreSQL: groups are written on the event loop, each writer on an asyncio
         # connection of these (at most WRITERS; made when first needed).
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._closed = False
-        self._on_loop = db.engine.dialect.name == "postgresql"
+        self._sink = sinks.for_dialect(db.engine.dialect.name)
+        self._on_loop = isinstance(self._sink, sinks.PostgresSink)
         # Groups the loop leaves (SQLite; a schema not compiled yet; a failed write) are
         # written on threads of their own.
         self._threads = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="push-group")
@@ -81,7 +81,7 @@ class PushQueue:
         body: bytes,
         idempotency_key: str | None,
         limits: service.Limits,
-    ) -> service.Answer:
+    ) -> service.Pushed:
         """Push as `service.push` does, small unkeyed pushes in groups."""
         large = len(body) > SMALL_BODY
         if idempotency_key is not None or large:
@@ -93,7 +93,7 @@ class PushQueue:
             )
         client_id, dataset_id, records = service.envelope(body, limits=limits)
         loop = asyncio.get_running_loop()
-        answer: asyncio.Future[service.Answer] = loop.create_future()
+        answer: asyncio.Future[service.Pushed] = loop.create_future()
         push = service.SmallPush(
             caller, client_id, dataset_id, records, nul=service.may_hold_nul(body)
         )
@@ -117,15 +117,17 @@ class PushQueue:
             # for no one).
             self._writers.discard(asyncio.current_task())
 
-    async def _store(
-        self, pushes: list[service.SmallPush]
-    ) -> Sequence[service.Answer | DomainError]:
+    async def _store(self, pushes: list[service.SmallPush]) -> Sequence[service.Outcome]:
         """The group's outcomes: written on the event loop where it can be (no thread
         handoff, no wait for the GIL between its round trips), else on a thread."""
         if self._on_loop:
             connection = self._idle.pop() if self._idle else await self._db.connect_async()
             try:
-                outcomes = await service.push_group_async(connection, pushes)
+                outcomes = await self._sink.write_group(
+                    connection,
+                    service.group_pairs(pushes),
+                    lambda rows: service.decide_group(pushes, rows, service.cached_compiled),
+                )
             except BaseException:
                 await connection.close()
                 raise
@@ -143,7 +145,7 @@ class PushQueue:
         group = self._waiting[:MAX_GROUP]
         del self._waiting[:MAX_GROUP]
         pushes = [push for push, _ in group]
-        outcomes: list[service.Answer | Exception]
+        outcomes: list[service.Outcome | Exception]
         try:
             outcomes = list(await self._store(pushes))
         except Exception as exc:  # the database: every push of the group fails

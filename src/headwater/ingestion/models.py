@@ -12,7 +12,6 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    LargeBinary,
     SmallInteger,
     String,
     UniqueConstraint,
@@ -117,15 +116,14 @@ class Record(Base):
 
 
 class IdempotencyKey(Base):
-    """The first answer to a request that carried `Idempotency-Key`, kept for a day."""
+    """A push that carried `Idempotency-Key`, kept for a day: its body's hash and its
+    transaction, from which its answer is made again."""
 
     __tablename__ = "idempotency_keys"
 
     company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     request_hash: Mapped[str] = mapped_column(String(64))
-    status_code: Mapped[int] = mapped_column(Integer)
-    response: Mapped[bytes] = mapped_column(LargeBinary)
     transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 

@@ -13,19 +13,8 @@ from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from headwater.deps import (
-    Admin,
-    DataRead,
-    DataWrite,
-    Paging,
-    ReaderDep,
-    ReadSessionDep,
-    RuntimeDep,
-    SessionDep,
-    StrictRoute,
-)
 from headwater.ingestion import datasets, service
-from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON
+from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON, RecordsInvalid
 from headwater.ingestion.schemas import (
     ClientQuery,
     DatasetCreate,
@@ -41,10 +30,22 @@ from headwater.ingestion.schemas import (
     TransactionQuery,
     TransactionRead,
 )
-from headwater.kit.context import request_id_var
+from headwater.kit.clock import iso_ms
 from headwater.kit.pagination import Page
-from headwater.kit.responses import json_response
 from headwater.runtime import Runtime
+from headwater.web.deps import (
+    Admin,
+    DataRead,
+    DataWrite,
+    Paging,
+    ReaderDep,
+    ReadSessionDep,
+    RuntimeDep,
+    SessionDep,
+    StrictRoute,
+)
+from headwater.web.problems import error_response
+from headwater.web.responses import json_response
 
 router = APIRouter(prefix="/platform/v1", tags=["data"], route_class=StrictRoute)
 admin = APIRouter(prefix="/admin/v1", tags=["operator: datasets"], route_class=StrictRoute)
@@ -52,14 +53,6 @@ admin = APIRouter(prefix="/admin/v1", tags=["operator: datasets"], route_class=S
 NDJSON = "application/x-ndjson"
 ClientIdPath = Annotated[str, Path(description="Ingestion client id.")]
 DatasetIdPath = Annotated[str, Path(description="Dataset id, unique within its client.")]
-
-
-def with_request_id(problem: bytes) -> bytes:
-    """A problem body with this request's `request_id` (every problem carries one)."""
-    request_id = request_id_var.get()
-    if request_id is None:
-        return problem
-    return orjson.dumps(orjson.loads(problem) | {"request_id": request_id})
 
 
 async def json_body(request: Request) -> bytes:
@@ -149,7 +142,7 @@ async def push_json(caller: DataWrite, request: Request) -> Response:
     key = idempotency_key(request)
     runtime: Runtime = request.app.state.runtime
     settings = runtime.settings
-    answer = await runtime.pushes.push(
+    pushed = await runtime.pushes.push(
         caller,
         body=body,
         idempotency_key=key,
@@ -159,13 +152,37 @@ async def push_json(caller: DataWrite, request: Request) -> Response:
             idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
         ),
     )
-    media = "application/json" if answer.status == 200 else "application/problem+json"
-    headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
-    body = answer.body
-    if answer.status != 200 and not answer.replayed:
-        # a group's answers are written by its writer task, outside this request's context
-        body = with_request_id(body)
-    return Response(body, status_code=answer.status, media_type=media, headers=headers)
+    return push_response(pushed)
+
+
+def push_response(pushed: service.Pushed) -> Response:
+    """A push's outcome as HTTP: 200 with `PushResult` (written straight to JSON: the hot
+    path, no model validation of values made just before), or the 422 problem of a
+    rejected push."""
+    headers = {"Idempotent-Replayed": "true"} if pushed.replayed else None
+    transaction = pushed.transaction
+    if not pushed.accepted:
+        problem = RecordsInvalid(
+            transaction_id=transaction["id"],
+            error_count=transaction["error_count"],
+            errors=transaction["errors"],
+        )
+        response = error_response(problem)
+        response.headers.update(headers or {})
+        return response
+    body = orjson.dumps(
+        {
+            "transaction_id": transaction["id"],
+            "status": transaction["status"],
+            "client_id": transaction["client_id"],
+            "dataset_id": transaction["dataset_id"],
+            "schema_version": transaction["schema_version"],
+            "records_received": transaction["records_received"],
+            "records_accepted": transaction["records_accepted"],
+            "received_at": iso_ms(transaction["created_at"]),
+        }
+    )
+    return Response(body, media_type="application/json", headers=headers)
 
 
 @router.get("/transactions/{transaction_id}", response_model=TransactionRead)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import orjson
-import psycopg
 from sqlalchemy import (
     Connection,
     Select,
@@ -23,20 +22,19 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from headwater.db import Database, as_sqlalchemy_error, dialect_insert
+from headwater.db import Database, dialect_insert
 from headwater.errors import DomainError, MalformedJSON, is_unreachable
 from headwater.identity.tokens import Principal
-from headwater.ingestion import datasets, repository, validation
+from headwater.ingestion import datasets, lifecycle, repository, sinks, validation
 from headwater.ingestion.errors import (
     BatchTooLarge,
     DatasetNotFound,
     IdempotencyKeyReused,
     InvalidEnvelope,
-    RecordsInvalid,
     TransactionNotFound,
 )
 from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transaction
-from headwater.ingestion.repository import RecordBatch, count_records, field_equals
+from headwater.ingestion.repository import count_records, field_equals
 from headwater.ingestion.schemas import (
     ID_PATTERN,
     RecordQuery,
@@ -44,6 +42,7 @@ from headwater.ingestion.schemas import (
     TransactionQuery,
     TransactionRead,
 )
+from headwater.ingestion.sinks import RecordBatch
 from headwater.kit import strictjson
 from headwater.kit.clock import iso_ms, utcnow, utcnow_ms
 from headwater.kit.pagination import paginate
@@ -61,12 +60,17 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
-    """A push's answer as sent (and as replayed for its idempotency key)."""
+class Pushed:
+    """A push's outcome: its transaction (final, as `lifecycle.new` made it or as stored),
+    and whether it is answered again for an Idempotency-Key. The router renders it: 200
+    for `completed`, 422 for `rejected`."""
 
-    status: int
-    body: bytes
+    transaction: Mapping[str, Any]
     replayed: bool = False
+
+    @property
+    def accepted(self) -> bool:
+        return bool(self.transaction["status"] == lifecycle.Status.COMPLETED)
 
 
 # --- push -------------------------------------------------------------------------------------
@@ -175,25 +179,30 @@ def _usable(caller: Principal, client_id: str, dataset_id: str, row: Any) -> Any
     return row
 
 
+_REPLAY = select(
+    IdempotencyKey.request_hash,
+    IdempotencyKey.created_at.label("key_created_at"),
+    *lifecycle.COLUMNS,
+).join(Transaction, Transaction.id == IdempotencyKey.transaction_id)
+
+
 def _replay(
     connection: Connection, *, company_id: uuid.UUID, key: str, request_hash: str, limits: Limits
-) -> Answer | None:
+) -> Pushed | None:
+    """The outcome of the push that holds the key, if it is within its window (409 for
+    another body)."""
     row = connection.execute(
-        select(
-            IdempotencyKey.request_hash,
-            IdempotencyKey.status_code,
-            IdempotencyKey.response,
-            IdempotencyKey.created_at,
-        ).where(IdempotencyKey.company_id == company_id, IdempotencyKey.key == key)
+        _REPLAY.where(IdempotencyKey.company_id == company_id, IdempotencyKey.key == key)
     ).one_or_none()
-    if row is None or row.created_at < utcnow() - limits.idempotency_ttl:
+    if row is None or row.key_created_at < utcnow() - limits.idempotency_ttl:
         return None
     if row.request_hash != request_hash:
         raise IdempotencyKeyReused(
             "This Idempotency-Key was used with a different body in the last "
             f"{int(limits.idempotency_ttl.total_seconds() // 3600)} h; use a new key."
         )
-    return Answer(status=row.status_code, body=bytes(row.response), replayed=True)
+    transaction = {column.name: getattr(row, column.name) for column in lifecycle.COLUMNS}
+    return Pushed(transaction, replayed=True)
 
 
 def _claim(
@@ -202,11 +211,10 @@ def _claim(
     company_id: uuid.UUID,
     key: str,
     request_hash: str,
-    answer: Answer,
     transaction_id: uuid.UUID,
     limits: Limits,
 ) -> bool:
-    """Insert the key with its answer; False if another request holds it.
+    """Insert the key, naming the push's transaction; False if another request holds it.
 
     On PostgreSQL a concurrent request with the same key waits here until the first
     commits (then finds its row) or rolls back (then takes the key itself).
@@ -225,8 +233,6 @@ def _claim(
             company_id=company_id,
             key=key,
             request_hash=request_hash,
-            status_code=answer.status,
-            response=answer.body,
             transaction_id=transaction_id,
             created_at=now,
         )
@@ -238,14 +244,11 @@ def _claim(
 
 @dataclass(frozen=True, slots=True)
 class _Checked:
-    """A push normalised and validated: its transaction row, the records to store (None
-    when refused) with the JSON texts known of them, and the answer to send once they
-    are committed."""
+    """A push normalised and validated: its transaction row (final), and its records
+    with the JSON texts known of them, when accepted."""
 
     transaction: dict[str, Any]
-    cleaned: list[dict[str, Any]] | None
-    texts: list[str | None] | None
-    answer: Answer
+    batch: RecordBatch | None
 
 
 def _check(
@@ -259,83 +262,60 @@ def _check(
 ) -> _Checked:
     """Normalise and validate the records (no database work). `nul`: the body may hold
     U+0000, which no record may (keyword `characters`)."""
-    company_id = caller.actor.company_id
     # each record normalised, with its JSON text when normalising left it as it was
     normalised = list(map(target.compiled.normaliser.with_json, records))
     cleaned = [record for record, _ in normalised]
     error_count, errors = validation.batch_errors(
         target.compiled.validator, cleaned, batch=target.compiled.batch, characters=nul
     )
-
-    transaction_id = uuid.uuid4()
     received_at = utcnow_ms()
-    transaction = {
-        "id": transaction_id,
-        "company_id": company_id,
-        "dataset_pk": target.dataset_pk,
-        "client_id": client_id,
-        "dataset_id": dataset_id,
-        "kind": "json",
-        "channel": "api",
-        "status": "rejected" if error_count else "completed",
-        "schema_version": target.version,
-        "records_received": len(records),
-        "records_accepted": 0 if error_count else len(records),
-        "records_rejected": len({e["record"] for e in errors}) if error_count else 0,
-        "error_count": error_count,
-        "errors": errors,
-        "author_id": caller.author_id,
-        "created_at": received_at,
-        "completed_at": received_at,
-    }
-    if error_count:
-        problem = RecordsInvalid(
-            transaction_id=transaction_id, error_count=error_count, errors=errors
-        )
-        answer = Answer(status=problem.status, body=orjson.dumps(problem.problem()))
-    else:
-        # PushResult's members, written straight to JSON (the hot path: no model
-        # validation of values made just above)
-        result = {
-            "transaction_id": transaction_id,
-            "status": "completed",
-            "client_id": client_id,
-            "dataset_id": dataset_id,
-            "schema_version": target.version,
-            "records_received": len(records),
-            "records_accepted": len(records),
-            "received_at": iso_ms(received_at),
-        }
-        answer = Answer(status=200, body=orjson.dumps(result))
-
-    return _Checked(
-        transaction=transaction,
-        cleaned=None if error_count else cleaned,
-        texts=None if error_count else [text for _, text in normalised],
-        answer=answer,
+    transaction = lifecycle.new(
+        channel="api",
+        kind="json",
+        status=lifecycle.Status.REJECTED if error_count else lifecycle.Status.COMPLETED,
+        company_id=caller.actor.company_id,
+        dataset_pk=target.dataset_pk,
+        client_id=client_id,
+        dataset_id=dataset_id,
+        author_id=caller.author_id,
+        created_at=received_at,
+        schema_version=target.version,
+        records_received=len(records),
+        records_accepted=0 if error_count else len(records),
+        records_rejected=len({e["record"] for e in errors}) if error_count else 0,
+        error_count=error_count,
+        errors=errors,
     )
+    if error_count:
+        return _Checked(transaction, None)
+    batch = RecordBatch(
+        records=cleaned,
+        company_id=transaction["company_id"],
+        dataset_pk=target.dataset_pk,
+        transaction_id=transaction["id"],
+        schema_version=target.version,
+        ingested_at=received_at,
+        texts=[text for _, text in normalised],
+    )
+    return _Checked(transaction, batch)
 
 
-def _store(connection: Connection, pushes: list[_Checked]) -> None:
-    """Write checked pushes: their transaction rows and the records of those accepted
-    (`repository.store`: one statement on PostgreSQL)."""
-    repository.store(connection, [push.transaction for push in pushes], _batches(pushes))
+def _store(
+    connection: Connection,
+    transactions: Sequence[dict[str, Any]],
+    batches: Sequence[RecordBatch],
+) -> None:
+    """Write checked pushes: their final transactions with their events, and the records
+    of those accepted (the database's sink)."""
+    sinks.for_dialect(connection.dialect.name).store(connection, transactions, batches)
 
 
-def _batches(pushes: list[_Checked]) -> list[RecordBatch]:
-    return [
-        RecordBatch(
-            records=push.cleaned,
-            company_id=push.transaction["company_id"],
-            dataset_pk=push.transaction["dataset_pk"],
-            transaction_id=push.transaction["id"],
-            schema_version=push.transaction["schema_version"],
-            ingested_at=push.transaction["created_at"],
-            texts=push.texts,
-        )
-        for push in pushes
-        if push.cleaned is not None
-    ]
+def _rows(pushes: Sequence[_Checked]) -> tuple[list[dict[str, Any]], list[RecordBatch]]:
+    """The transactions and record batches of checked pushes, as a sink takes them."""
+    return (
+        [push.transaction for push in pushes],
+        [push.batch for push in pushes if push.batch is not None],
+    )
 
 
 def push(
@@ -345,11 +325,11 @@ def push(
     body: bytes,
     idempotency_key: str | None,
     limits: Limits,
-) -> Answer:
+) -> Pushed:
     """Normalise and validate every record, then store all of them or none.
 
     Reads happen outside any transaction, and records are checked before the write
-    transaction begins, so it is short. A 200 answer is sent only after the commit. A
+    transaction begins, so it is short. A push is answered only after the commit. A
     rejected push keeps its transaction (status `rejected`, with the errors) and stores
     no record.
     """
@@ -371,11 +351,10 @@ def push(
         target = _target(connection, caller, client_id, dataset_id)
 
     checked = _check(caller, client_id, dataset_id, records, target, nul=may_hold_nul(body))
-    answer, transaction_id = checked.answer, checked.transaction["id"]
     if idempotency_key is None:
         with db.atomic() as connection:
-            _store(connection, [checked])
-        return answer
+            _store(connection, *_rows([checked]))
+        return Pushed(checked.transaction)
 
     with db.begin() as connection:
         claimed = _claim(
@@ -383,14 +362,13 @@ def push(
             company_id=company_id,
             key=idempotency_key,
             request_hash=request_hash,
-            answer=answer,
-            transaction_id=transaction_id,
+            transaction_id=checked.transaction["id"],
             limits=limits,
         )
         if claimed:
-            _store(connection, [checked])
+            _store(connection, *_rows([checked]))
     if claimed:
-        return answer
+        return Pushed(checked.transaction)
     # Another request holds the key and has committed: answer as it did.
     with db.read_connection() as connection:
         replay = _replay(
@@ -416,22 +394,27 @@ class SmallPush:
     nul: bool = False  # `may_hold_nul` of its body
 
 
-def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | DomainError]:
-    """Store many pushes in one atomic write: their answers, in their order.
+Outcome = Pushed | DomainError
+
+
+def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Outcome]:
+    """Store many pushes in one atomic write: their outcomes, in their order.
 
     Each push is resolved, normalised and validated as `push` does; one that is refused
-    (403, 404, 422) gets its error or its rejected transaction and does not disturb the
-    others. The datasets are read once per (client, dataset) and the write is one
-    statement on PostgreSQL, each in autocommit (`Database.atomic`). If the write fails,
-    each push is tried again on its own, so no push is refused for another's sake. A
-    database that cannot be reached raises.
+    (403, 404) gets its error, one rejected (422) its transaction, and neither disturbs
+    the others. The datasets are read once per (client, dataset) and the write is the
+    sink's (one statement on PostgreSQL, in autocommit: `Database.atomic`). If the write
+    fails, each push is tried again on its own, so no push is refused for another's
+    sake. A database that cannot be reached raises.
     """
     try:
         with db.atomic() as connection:
-            rows = {pair: repository.target(connection, *pair) for pair in _pairs(pushes)}
-            outcomes, checked = _check_group(pushes, rows, lambda row: _compiled(connection, row))
-            if checked:
-                _store(connection, checked)
+            rows = {pair: repository.target(connection, *pair) for pair in group_pairs(pushes)}
+            decision = decide_group(pushes, rows, lambda row: _compiled(connection, row))
+            assert decision is not None  # `_compiled` compiles what it has not yet
+            outcomes, transactions, batches = decision
+            if transactions:
+                sinks.for_dialect(connection.dialect.name).store(connection, transactions, batches)
         return outcomes
     except Exception as exc:
         if len(pushes) == 1 or is_unreachable(exc):
@@ -439,44 +422,7 @@ def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Answer | Domai
         return [push_group(db, [push])[0] for push in pushes]
 
 
-async def push_group_async(
-    connection: psycopg.AsyncConnection[Any], pushes: Sequence[SmallPush]
-) -> list[Answer | DomainError] | None:
-    """`push_group` on PostgreSQL, on the event loop: the same reads, checks and one
-    statement, through an asyncio psycopg connection in autocommit, without a thread.
-
-    None when the group is left to `push_group`: a schema version this process has not
-    compiled yet (compiling reads the schema), or a write that failed (nothing of it was
-    stored; `push_group` tries it again, each push on its own if need be). A connection
-    that broke raises SQLAlchemy's error, as `push_group` does (503).
-    """
-    try:
-        rows = {pair: await repository.target_async(connection, *pair) for pair in _pairs(pushes)}
-        try:
-            outcomes, checked = _check_group(
-                pushes,
-                rows,
-                lambda row: datasets.cached_compiled(
-                    dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
-                ),
-            )
-        except _NotCompiled:
-            return None
-        if checked:
-            await repository.store_async(
-                connection, [push.transaction for push in checked], _batches(checked)
-            )
-        return outcomes
-    except psycopg.Error as exc:
-        broken = connection.broken or connection.closed
-        if broken:
-            # the database, not the statement; whether a write sent before the connection
-            # broke was committed is unknown, so it is not tried again
-            raise as_sqlalchemy_error(exc, broken=broken) from exc
-        return None
-
-
-def _pairs(pushes: Sequence[SmallPush]) -> list[tuple[str, str]]:
+def group_pairs(pushes: Sequence[SmallPush]) -> list[tuple[str, str]]:
     """The (client, dataset) pairs a group reads: once each, and only those some push's
     token may use."""
     return list(
@@ -488,19 +434,16 @@ def _pairs(pushes: Sequence[SmallPush]) -> list[tuple[str, str]]:
     )
 
 
-class _NotCompiled(Exception):
-    """A schema version the writer on the event loop cannot compile (it reads)."""
-
-
-def _check_group(
+def decide_group(
     pushes: Sequence[SmallPush],
     rows: dict[tuple[str, str], Any],
     compile_for: Callable[[Any], datasets.Compiled | None],
-) -> tuple[list[Answer | DomainError], list[_Checked]]:
-    """Each push resolved from its pair's row (403, 404), then normalised and validated
-    with `compile_for(row)`; their outcomes in order, and the pushes to store. Raises
-    _NotCompiled where `compile_for` answers None."""
-    outcomes: list[Answer | DomainError] = []
+) -> sinks.Decision | None:
+    """Each push resolved from its pair's `repository.target` row (403, 404), then
+    normalised and validated with `compile_for(row)`: the outcomes in order, and the
+    transactions and batches to store. None where `compile_for` answers None (a schema
+    this process has not compiled, which the event loop cannot read)."""
+    outcomes: list[Outcome] = []
     checked: list[_Checked] = []
     for push in pushes:
         pair = (push.client_id, push.dataset_id)
@@ -511,12 +454,20 @@ def _check_group(
             continue
         compiled = compile_for(row)
         if compiled is None:
-            raise _NotCompiled
+            return None
         target = _Target(dataset_pk=row.id, version=row.schema_version, compiled=compiled)
         one = _check(push.caller, *pair, push.records, target, nul=push.nul)
         checked.append(one)
-        outcomes.append(one.answer)
-    return outcomes, checked
+        outcomes.append(Pushed(one.transaction))
+    return (outcomes, *_rows(checked))
+
+
+def cached_compiled(row: Any) -> datasets.Compiled | None:
+    """A `repository.target` row's validator and normaliser if this process has compiled
+    them already (no database work), else None."""
+    return datasets.cached_compiled(
+        dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+    )
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:
@@ -524,7 +475,7 @@ def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:
     result = session.execute(
         delete(IdempotencyKey).where(IdempotencyKey.created_at < utcnow() - older_than)
     )
-    session.commit()
+    session.flush()
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -567,7 +518,7 @@ def list_transactions(
     return paginate(session, statement, Transaction.created_at.desc(), Transaction.id, params=query)
 
 
-PENDING_STATUSES = frozenset({"awaiting_upload", "processing"})
+PENDING_STATUSES = frozenset(set(lifecycle.Status) - lifecycle.FINAL)
 
 
 def transaction_read(

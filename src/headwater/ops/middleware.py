@@ -11,9 +11,10 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from headwater.errors import BadRequest, PayloadTooLarge, error_response
+from headwater.errors import BadRequest, PayloadTooLarge
 from headwater.kit.context import request_id_var
 from headwater.ops.metrics import LATENCY, REQUESTS
+from headwater.web.problems import error_response
 
 access_log = structlog.get_logger("headwater.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

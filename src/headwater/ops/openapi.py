@@ -7,7 +7,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from headwater.errors import PROBLEM_BASE, PROBLEM_JSON
+from headwater.errors import PROBLEM_BASE
+from headwater.web.problems import PROBLEM_JSON
 
 DESCRIPTION = """
 Headwater is a multi-tenant data platform: push records as JSON (validated against

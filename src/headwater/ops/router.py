@@ -14,9 +14,9 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from headwater.deps import RuntimeDep, StrictRoute
 from headwater.errors import ServiceUnavailable, Unauthorized, is_unreachable
 from headwater.ops import metrics as prom
+from headwater.web.deps import RuntimeDep, StrictRoute
 
 log = structlog.get_logger("headwater.ops")
 

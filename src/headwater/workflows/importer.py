@@ -81,45 +81,41 @@ def read(path: Path) -> ImportDocument:
 
 
 def load(session: Session, *, actor: Actor, document: ImportDocument) -> ImportSummary:
-    """Write the document for `actor`'s company in one transaction."""
+    """Write the document for `actor`'s company in the caller's unit of work (which
+    commits all of it, or nothing)."""
     counts = {"categories": 0, "templates": 0, "workflows": 0}
-    try:
-        for category in document.categories:
-            row = service.add_category(
+    for category in document.categories:
+        row = service.add_category(
+            session,
+            actor=actor,
+            data=CategoryCreate(name=category.name, description=category.description),
+        )
+        counts["categories"] += 1
+        for template in category.templates:
+            tpl = service.add_template(
                 session,
                 actor=actor,
-                data=CategoryCreate(name=category.name, description=category.description),
+                data=TemplateCreate(
+                    category_id=row.id,
+                    name=template.name,
+                    description=template.description,
+                    steps=template.steps,
+                ),
             )
-            counts["categories"] += 1
-            for template in category.templates:
-                tpl = service.add_template(
+            counts["templates"] += 1
+            for item in template.workflows:
+                workflow = service.add_workflow(
                     session,
                     actor=actor,
-                    data=TemplateCreate(
-                        category_id=row.id,
-                        name=template.name,
-                        description=template.description,
-                        steps=template.steps,
+                    data=WorkflowCreate(
+                        workflow_template_id=tpl.id, **item.model_dump(exclude={"status"})
                     ),
                 )
-                counts["templates"] += 1
-                for item in template.workflows:
-                    workflow = service.add_workflow(
-                        session,
-                        actor=actor,
-                        data=WorkflowCreate(
-                            workflow_template_id=tpl.id, **item.model_dump(exclude={"status"})
-                        ),
+                for status in service.status_path(item.status):
+                    service.change_workflow(
+                        session, actor=actor, row=workflow, values={"status": status}
                     )
-                    for status in service.status_path(item.status):
-                        service.change_workflow(
-                            session, actor=actor, row=workflow, values={"status": status}
-                        )
-                    counts["workflows"] += 1
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
+                counts["workflows"] += 1
     return ImportSummary(**counts)
 
 

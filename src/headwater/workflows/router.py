@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from headwater.deps import (
+from headwater.kit.pagination import Page
+from headwater.web.deps import (
     ReaderDep,
     ReadSessionDep,
     SessionDep,
@@ -15,8 +16,7 @@ from headwater.deps import (
     WorkflowsRead,
     WorkflowsWrite,
 )
-from headwater.kit.pagination import Page
-from headwater.kit.responses import json_response
+from headwater.web.responses import json_response
 from headwater.workflows import service
 from headwater.workflows.schemas import (
     CategoryCreate,
@@ -68,7 +68,7 @@ def get_category(id: CategoryId, session: ReadSessionDep, caller: WorkflowsRead)
     "/workflow_categories", status_code=status.HTTP_201_CREATED, response_model=CategoryRead
 )
 def create_category(body: CategoryCreate, session: SessionDep, caller: WorkflowsWrite) -> object:
-    return service.create_category(session, actor=caller.actor, data=body)
+    return service.add_category(session, actor=caller.actor, data=body)
 
 
 @router.patch("/workflow_categories/{id}", response_model=CategoryRead)
@@ -104,7 +104,7 @@ def get_template(id: TemplateId, session: ReadSessionDep, caller: WorkflowsRead)
 )
 def create_template(body: TemplateCreate, session: SessionDep, caller: WorkflowsWrite) -> object:
     """A template: the ordered steps each workflow made from it gets as tasks."""
-    return service.create_template(session, actor=caller.actor, data=body)
+    return service.add_template(session, actor=caller.actor, data=body)
 
 
 @router.patch("/workflow_templates/{id}", response_model=TemplateRead)
@@ -124,7 +124,7 @@ def delete_template(id: TemplateId, session: SessionDep, caller: WorkflowsWrite)
 @router.post("/workflows", status_code=status.HTTP_201_CREATED, response_model=WorkflowRead)
 def create_workflow(body: WorkflowCreate, session: SessionDep, caller: WorkflowsWrite) -> object:
     """A workflow in `draft`, with one task per step of its template."""
-    return service.create_workflow(session, actor=caller.actor, data=body)
+    return service.add_workflow(session, actor=caller.actor, data=body)
 
 
 @router.get("/workflows", response_model=Page[WorkflowRead])

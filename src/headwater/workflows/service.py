@@ -1,4 +1,4 @@
-"""Workflow use cases: one commit each, with its activity entries in the same transaction."""
+"""Workflow use cases, each with its activity entries in the caller's unit of work."""
 
 from __future__ import annotations
 
@@ -170,14 +170,8 @@ def _owned(
 
 
 def add_category(session: Session, *, actor: Actor, data: CategoryCreate) -> WorkflowCategory:
-    """Create a category and its activity entry; flushes, the caller commits."""
+    """Create a category and its activity entry; flushes; the unit of work commits."""
     return _audited_create(session, actor, WorkflowCategory(**data.model_dump()))
-
-
-def create_category(session: Session, *, actor: Actor, data: CategoryCreate) -> WorkflowCategory:
-    row = add_category(session, actor=actor, data=data)
-    session.commit()
-    return row
 
 
 def get_category(
@@ -265,7 +259,7 @@ def update_category(
 ) -> WorkflowCategory:
     row = get_category(session, company_id=actor.company_id, category_id=category_id)
     _audited_update(session, actor, row, changes.changes())
-    session.commit()
+    session.flush()
     return row
 
 
@@ -275,7 +269,7 @@ def delete_category(session: Session, *, actor: Actor, category_id: uuid.UUID) -
     if used:
         raise InUse(f"The category has {used} template(s); delete or move them first.")
     _audited_delete(session, actor, row)
-    session.commit()
+    session.flush()
 
 
 # --- templates ----------------------------------------------------------------------------
@@ -287,15 +281,9 @@ def _category_ref(session: Session, actor: Actor, category_id: uuid.UUID) -> Non
 
 
 def add_template(session: Session, *, actor: Actor, data: TemplateCreate) -> WorkflowTemplate:
-    """Create a template and its activity entry; flushes, the caller commits."""
+    """Create a template and its activity entry; flushes; the unit of work commits."""
     _category_ref(session, actor, data.category_id)
     return _audited_create(session, actor, WorkflowTemplate(**data.model_dump()))
-
-
-def create_template(session: Session, *, actor: Actor, data: TemplateCreate) -> WorkflowTemplate:
-    row = add_template(session, actor=actor, data=data)
-    session.commit()
-    return row
 
 
 def get_template(
@@ -330,7 +318,7 @@ def update_template(
     if "category_id" in values:
         _category_ref(session, actor, values["category_id"])
     _audited_update(session, actor, row, values)
-    session.commit()
+    session.flush()
     return row
 
 
@@ -340,7 +328,7 @@ def delete_template(session: Session, *, actor: Actor, template_id: uuid.UUID) -
     if used:
         raise InUse(f"{used} workflow(s) were made from this template; it cannot be deleted.")
     _audited_delete(session, actor, row)
-    session.commit()
+    session.flush()
 
 
 # --- workflows and tasks ------------------------------------------------------------------
@@ -351,16 +339,9 @@ def _check_dates(due_date: datetime, notification_date: datetime | None) -> None
         raise NotifyAfterDue()
 
 
-def create_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> Workflow:
-    """A workflow in `draft`, with one task per step of its template."""
-    workflow = add_workflow(session, actor=actor, data=data)
-    session.commit()
-    return workflow
-
-
 def add_workflow(session: Session, *, actor: Actor, data: WorkflowCreate) -> Workflow:
-    """Create a workflow, its tasks and their activity entries; flushes, the caller commits
-    (`headwater import` writes a whole file in one transaction)."""
+    """A workflow in `draft`, with one task per step of its template, and their activity
+    entries; flushes; the unit of work commits (`headwater import`: a whole file in one)."""
     _check_dates(data.due_date, data.notification_date)
     template = _owned(session, WorkflowTemplate, actor.company_id, data.workflow_template_id)
     if template is None:
@@ -433,7 +414,7 @@ def update_workflow(
 ) -> Workflow:
     row = get_workflow(session, company_id=actor.company_id, workflow_id=workflow_id)
     change_workflow(session, actor=actor, row=row, values=changes.changes())
-    session.commit()
+    session.flush()
     return row
 
 
@@ -472,5 +453,5 @@ def update_task(
 ) -> WorkflowTask:
     row = get_task(session, company_id=actor.company_id, task_id=task_id)
     _audited_update(session, actor, row, changes.changes())
-    session.commit()
+    session.flush()
     return row

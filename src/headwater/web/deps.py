@@ -51,12 +51,14 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
 def get_session(runtime: RuntimeDep) -> Iterator[Session]:
-    """A session for one request. Services commit; anything uncommitted is rolled back."""
-    with runtime.db.session() as session:
+    """The request's unit of work: committed when the route returns, before the response
+    is sent (so a failed commit answers its error), rolled back if the route raises."""
+    with runtime.db.unit_of_work() as session:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": the exit (the commit) runs before the response, not after it is sent
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def get_read_session(runtime: RuntimeDep) -> Iterator[Session]:

@@ -1,0 +1,63 @@
+"""Writing events: `event` makes one, `write` adds events to the caller's database
+transaction. Nothing here commits: an event stands or falls with its change."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, insert
+
+from headwater.events.models import Event
+from headwater.kit.clock import iso_ms, utcnow_ms
+
+EventType = Literal[
+    "transaction.completed",
+    "transaction.rejected",
+    "transaction.failed",
+    "transaction.expired",
+    "dataset.schema_version_added",
+    "workflow.status_changed",
+    "export.completed",
+    "export.failed",
+]
+TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
+
+_INSERT = insert(Event)
+
+
+def event(
+    type: EventType,
+    *,
+    company_id: uuid.UUID,
+    data: dict[str, Any],
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
+    """An event's columns. `data` must be JSON as the API answers it (strings for ids
+    and times)."""
+    return {
+        "id": uuid.uuid4(),
+        "type": type,
+        "company_id": company_id,
+        "created_at": created_at or utcnow_ms(),
+        "data": data,
+    }
+
+
+def write(connection: Connection, events: Sequence[dict[str, Any]]) -> None:
+    """Add events to the connection's database transaction (one executemany)."""
+    if events:
+        connection.execute(_INSERT, list(events))
+
+
+def as_json(row: Any) -> dict[str, Any]:
+    """An event row (or its columns) as the API and webhooks carry it."""
+    return {
+        "id": str(row.id),
+        "type": row.type,
+        "created_at": iso_ms(row.created_at),
+        "company_id": str(row.company_id),
+        "data": row.data,
+    }

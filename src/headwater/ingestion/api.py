@@ -1,0 +1,223 @@
+"""The ingestion core as channels use it: files (upload URLs today; SFTP and email next)
+open a transaction, hand it checked rows and finish it here, and never touch
+ingestion's tables themselves.
+
+Every function works in the caller's database transaction (a Session or Connection
+the caller's unit of work commits); none commits. A channel's life of a file:
+
+    transaction_id = open_file(...)            # awaiting_upload, or processing
+    received(...)                              # the bytes arrived: processing
+    target = file_target(connection, id)       # the dataset's current schema, compiled
+    store_rows(connection, target, records)    # as many times as there are batches
+    finish(connection, id, Status.COMPLETED, **counts)   # writes the event, once
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select
+from sqlalchemy.orm import Session
+
+from headwater.identity.tokens import Principal
+from headwater.ingestion import datasets, lifecycle, sinks
+from headwater.ingestion.errors import TransactionNotFound
+from headwater.ingestion.lifecycle import Channel, Status
+from headwater.ingestion.models import Dataset, Transaction
+from headwater.ingestion.service import get_transaction
+from headwater.kit.clock import utcnow_ms
+
+__all__ = [
+    "Channel",
+    "FileTarget",
+    "Status",
+    "dataset_for",
+    "file_target",
+    "file_transaction",
+    "finish",
+    "open_file",
+    "progress",
+    "received",
+    "record_finished",
+    "started",
+    "store_rows",
+]
+
+
+def dataset_for(session: Session, caller: Principal, client_id: str, dataset_id: str) -> Dataset:
+    """The dataset a caller names for a new file: 403 unless its token may use the
+    client, 404 if the client has no such dataset."""
+    datasets.usable_client(session, caller, client_id)
+    return datasets.find(session, client_id=client_id, dataset_id=dataset_id)
+
+
+def open_file(
+    connection: Connection | Session,
+    dataset: Dataset,
+    *,
+    channel: Channel,
+    author_id: uuid.UUID,
+    status: Status = Status.AWAITING_UPLOAD,
+    file_name: str | None,
+    content_type: str,
+    **columns: Any,
+) -> uuid.UUID:
+    """Open a file transaction (`awaiting_upload`, or `processing` for a channel that has
+    the bytes already); its id."""
+    row = lifecycle.new(
+        channel=channel,
+        kind="file",
+        status=status,
+        company_id=dataset.company_id,
+        dataset_pk=dataset.id,
+        client_id=dataset.client_id,
+        dataset_id=dataset.dataset_id,
+        author_id=author_id,
+        created_at=utcnow_ms(),
+        file_name=file_name,
+        content_type=content_type,
+        **columns,
+    )
+    lifecycle.begin(_connection(connection), row)
+    return uuid.UUID(str(row["id"]))
+
+
+def received(connection: Connection, transaction_id: uuid.UUID, *, size: int, at: datetime) -> bool:
+    """The file arrived whole: `processing`. False if the transaction had moved on."""
+    return lifecycle.advance(
+        connection, transaction_id, Status.PROCESSING, file_size=size, uploaded_at=at
+    )
+
+
+def started(connection: Connection, transaction_id: uuid.UUID, *, at: datetime) -> None:
+    """A worker (again) starts reading the file from its first row."""
+    lifecycle.note(connection, transaction_id, started_at=at, records_processed=None)
+
+
+def progress(connection: Connection, transaction_id: uuid.UUID, rows: int) -> None:
+    """`rows` of the file are read so far."""
+    lifecycle.note(connection, transaction_id, records_processed=rows)
+
+
+def finish(
+    connection: Connection, transaction_id: uuid.UUID, status: Status, **columns: Any
+) -> bool:
+    """The one way to a final status (and its event): `lifecycle.finish`."""
+    return lifecycle.finish(connection, transaction_id, status, **columns)
+
+
+@dataclass(frozen=True, slots=True)
+class FileTarget:
+    """What a file's rows are checked against and stored with: its dataset's current
+    schema version (compiled, numbers and booleans read from text) and policy."""
+
+    transaction_id: uuid.UUID
+    company_id: uuid.UUID
+    dataset_pk: uuid.UUID
+    version: int
+    quarantine: bool
+    check: datasets.Compiled
+    ingested_at: datetime
+
+
+def file_target(connection: Connection, transaction_id: uuid.UUID) -> FileTarget:
+    """The file transaction's dataset as it is now."""
+    row = connection.execute(
+        select(
+            Transaction.company_id,
+            Dataset.id,
+            Dataset.schema_version,
+            Dataset.options,
+        )
+        .join(Dataset, Dataset.id == Transaction.dataset_pk)
+        .where(Transaction.id == transaction_id, Transaction.kind == "file")
+    ).one()
+    return FileTarget(
+        transaction_id=transaction_id,
+        company_id=row.company_id,
+        dataset_pk=row.id,
+        version=row.schema_version,
+        quarantine=row.options.get("invalid_rows") == "quarantine",
+        check=datasets.compiled(
+            connection,
+            dataset_pk=row.id,
+            version=row.schema_version,
+            options=row.options,
+            coerce=True,
+        ),
+        ingested_at=utcnow_ms(),
+    )
+
+
+def store_rows(
+    connection: Connection,
+    target: FileTarget,
+    records: Sequence[dict[str, Any]],
+    *,
+    transaction_id: uuid.UUID | None = None,
+) -> None:
+    """Store checked records of the target's transaction (or of `transaction_id`, one
+    being made, as a resubmit's), counted, in the caller's database transaction."""
+    sinks.for_dialect(connection.dialect.name).add(
+        connection,
+        [
+            sinks.RecordBatch(
+                records=records,
+                company_id=target.company_id,
+                dataset_pk=target.dataset_pk,
+                transaction_id=transaction_id or target.transaction_id,
+                schema_version=target.version,
+                ingested_at=target.ingested_at,
+            )
+        ],
+    )
+
+
+def record_finished(
+    connection: Connection,
+    source: Transaction,
+    target: FileTarget,
+    *,
+    transaction_id: uuid.UUID,
+    author_id: uuid.UUID,
+    started_at: datetime,
+    **columns: Any,
+) -> None:
+    """Store a file transaction made final at once (a resubmit of `source`'s quarantined
+    rows, whose records `store_rows` stored under `transaction_id`), with its event."""
+    row = lifecycle.new(
+        transaction_id=transaction_id,
+        channel=source.channel,  # type: ignore[arg-type]
+        kind="file",
+        status=Status.COMPLETED,
+        company_id=source.company_id,
+        dataset_pk=target.dataset_pk,
+        client_id=source.client_id,
+        dataset_id=source.dataset_id,
+        author_id=author_id,
+        created_at=started_at,
+        schema_version=target.version,
+        file_name=source.file_name,
+        file_size=source.file_size,
+        content_type=source.content_type,
+        started_at=started_at,
+        **columns,
+    )
+    row["completed_at"] = utcnow_ms()
+    sinks.for_dialect(connection.dialect.name).store(connection, [row], [])
+
+
+def file_transaction(session: Session, caller: Principal, transaction_id: uuid.UUID) -> Transaction:
+    """The caller's file transaction (404 if not theirs, or not a file's)."""
+    transaction = get_transaction(session, caller, transaction_id)
+    if transaction.kind != "file":
+        raise TransactionNotFound(f"Transaction {transaction_id} is not a file transaction.")
+    return transaction
+
+
+def _connection(connection: Connection | Session) -> Connection:
+    return connection.connection() if isinstance(connection, Session) else connection
