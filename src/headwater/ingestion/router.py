@@ -32,7 +32,6 @@ from headwater.ingestion.schemas import (
 )
 from headwater.kit.clock import iso_ms
 from headwater.kit.pagination import Page
-from headwater.runtime import Runtime
 from headwater.web.deps import (
     Admin,
     DataRead,
@@ -41,6 +40,7 @@ from headwater.web.deps import (
     ReaderDep,
     ReadSessionDep,
     RuntimeDep,
+    Services,
     SessionDep,
     StrictRoute,
 )
@@ -140,7 +140,7 @@ async def push_json(caller: DataWrite, request: Request) -> Response:
     """
     body = await json_body(request)
     key = idempotency_key(request)
-    runtime: Runtime = request.app.state.runtime
+    runtime: Services = request.app.state.runtime
     settings = runtime.settings
     pushed = await runtime.pushes.push(
         caller,

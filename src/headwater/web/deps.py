@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Annotated, Any, Concatenate, ParamSpec, TypeVar
+from typing import Annotated, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from fastapi import Depends, Query, Request, Response, Security
 from fastapi.concurrency import run_in_threadpool
@@ -14,6 +15,8 @@ from fastapi.security import OAuth2, SecurityScopes
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
+from headwater.config import Settings
+from headwater.db import Database
 from headwater.errors import (
     BadRequest,
     InsufficientScope,
@@ -23,10 +26,13 @@ from headwater.errors import (
     RateLimited,
     UnsupportedMediaType,
 )
-from headwater.identity.tokens import SCOPES, Principal
+from headwater.files.stores import Store
+from headwater.identity.tokens import SCOPES, Principal, TokenVerifier
+from headwater.ingestion.groups import PushQueue
 from headwater.kit import strictjson
+from headwater.kit.gate import Gate
 from headwater.kit.pagination import PageQuery
-from headwater.runtime import Runtime
+from headwater.kit.ratelimit import FailureLimit, RateLimiter
 
 oauth2 = OAuth2(
     flows=OAuthFlows(
@@ -41,13 +47,28 @@ oauth2 = OAuth2(
 )
 
 
-async def get_runtime(request: Request) -> Runtime:
+class Services(Protocol):
+    """What routers may use of the running service. `runtime.Runtime` builds it; this
+    layer names only what it needs, so that nothing below the wiring imports it."""
+
+    settings: Settings
+    db: Database
+    verifier: TokenVerifier
+    limiter: RateLimiter
+    store: Store
+    pushes: PushQueue
+    secret_checks: Gate
+    token_failures: FailureLimit
+    files_queued: asyncio.Event
+
+
+async def get_runtime(request: Request) -> Services:
     # async: a sync dependency would cost every request a hop through the thread pool
-    runtime: Runtime = request.app.state.runtime
+    runtime: Services = request.app.state.runtime
     return runtime
 
 
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+RuntimeDep = Annotated[Services, Depends(get_runtime)]
 
 
 def get_session(runtime: RuntimeDep) -> Iterator[Session]:
@@ -81,7 +102,7 @@ class Reader:
     dependency's enter and exit, then the route).
     """
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Services) -> None:
         self._db = runtime.db
 
     def _run(self, call: Callable[[Session], T]) -> T:
@@ -120,7 +141,7 @@ async def principal(
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise MissingToken()
-    runtime: Runtime = request.app.state.runtime
+    runtime: Services = request.app.state.runtime
     caller = await runtime.verifier.verify(token)
     request.state.subject = caller.subject
     decision = await runtime.limiter.hit("credential:" + caller.subject)
@@ -225,7 +246,7 @@ class StrictRoute(APIRoute):
                             "Send this body as application/json; got "
                             f"{request.headers.get('content-type') or 'no Content-Type'}."
                         )
-                    runtime: Runtime = request.app.state.runtime
+                    runtime: Services = request.app.state.runtime
                     try:
                         value = strictjson.loads(body, max_depth=runtime.settings.max_json_depth)
                     except strictjson.StrictJSONError as exc:
