@@ -35,7 +35,7 @@ def events_of(tenant: DataTenant, transaction_id: str) -> list[Any]:
     """The outbox rows that report on one transaction, in the order they were written."""
     with _runtime(tenant).db.read_session() as session:
         rows = session.scalars(select(Event).order_by(Event.seq)).all()
-        return [row for row in rows if row.data.get("transaction_id") == transaction_id]
+        return [row for row in rows if str(row.transaction_id) == transaction_id]
 
 
 def _as_answered(tenant: DataTenant, transaction_id: str) -> Any:
@@ -52,12 +52,18 @@ def _check_event(tenant: DataTenant, transaction_id: str, status: str) -> Any:
     event = events[0]
     answered = _as_answered(tenant, transaction_id)
     assert answered["status"] == status
-    assert event.data == answered
+    with _runtime(tenant).db.read_session() as session:
+        row = session.execute(
+            select(*lifecycle.COLUMNS).where(Transaction.id == uuid.UUID(transaction_id))
+        ).one()
+    whole = lifecycle.event_json(event, row._asdict())
+    assert whole["data"] == answered
+    assert whole["type"] == f"transaction.{status}" and whole["id"] == str(event.id)
     assert str(event.company_id) == tenant.company_id
     assert (
         event.created_at.isoformat(timespec="milliseconds")[:23] == (answered["completed_at"][:23])
     )
-    return event
+    return whole
 
 
 def test_a_completed_push_writes_its_event(data_tenant: DataTenant) -> None:
@@ -70,8 +76,8 @@ def test_a_rejected_push_writes_its_event_with_the_errors(data_tenant: DataTenan
     pushed = data_tenant.push([order(1), {"order_id": "x", "amount": "no"}])
     assert pushed.status_code == 422, pushed.text
     event = _check_event(data_tenant, pushed.json()["transaction_id"], "rejected")
-    assert event.data["errors"][0]["path"] == "/amount"
-    assert event.data["errors"][0]["line"] is None
+    assert event["data"]["errors"][0]["path"] == "/amount"
+    assert event["data"]["errors"][0]["line"] is None
 
 
 def test_a_keyed_push_replayed_writes_no_second_event(data_tenant: DataTenant) -> None:
@@ -95,7 +101,7 @@ def test_a_processed_file_writes_its_event(file_tenant: FileTenant) -> None:
     transaction = file_tenant.upload(CSV_HEADER + csv_rows(5))
     assert transaction["status"] == "completed"
     event = _check_event(file_tenant, transaction["transaction_id"], "completed")
-    assert event.data["channel"] == "upload" and event.data["records_processed"] == 5
+    assert event["data"]["channel"] == "upload" and event["data"]["records_processed"] == 5
 
 
 def test_a_rejected_file_writes_its_event(file_tenant: FileTenant) -> None:

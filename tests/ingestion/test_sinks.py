@@ -83,7 +83,7 @@ def _batch(transaction: dict[str, Any], records: list[dict[str, Any]], **extra: 
 def _events(tenant: DataTenant, transaction_id: uuid.UUID) -> list[str]:
     with _db(tenant).read_session() as session:
         rows = session.scalars(select(Event).order_by(Event.seq)).all()
-    return [e.type for e in rows if e.data["transaction_id"] == str(transaction_id)]
+    return [e.type for e in rows if e.transaction_id == transaction_id]
 
 
 def _write(tenant: DataTenant, sink: sinks.RecordSink, *args: Any) -> None:

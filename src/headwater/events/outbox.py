@@ -32,16 +32,18 @@ def event(
     type: EventType,
     *,
     company_id: uuid.UUID,
-    data: dict[str, Any],
+    data: dict[str, Any] | None = None,
+    transaction_id: uuid.UUID | None = None,
     created_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """An event's columns. `data` must be JSON as the API answers it (strings for ids
-    and times)."""
+    """An event's columns: its `data` (JSON as the API answers it: strings for ids and
+    times), or the final transaction it reports on."""
     return {
         "id": uuid.uuid4(),
         "type": type,
         "company_id": company_id,
         "created_at": created_at or utcnow_ms(),
+        "transaction_id": transaction_id,
         "data": data,
     }
 
@@ -52,12 +54,13 @@ def write(connection: Connection, events: Sequence[dict[str, Any]]) -> None:
         connection.execute(_INSERT, list(events))
 
 
-def as_json(row: Any) -> dict[str, Any]:
-    """An event row (or its columns) as the API and webhooks carry it."""
+def as_json(row: Any, data: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An event row as the API and webhooks carry it; `data` for one whose data is
+    elsewhere (a transaction's)."""
     return {
         "id": str(row.id),
         "type": row.type,
         "created_at": iso_ms(row.created_at),
         "company_id": str(row.company_id),
-        "data": row.data,
+        "data": row.data if data is None else data,
     }

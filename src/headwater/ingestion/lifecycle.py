@@ -77,7 +77,7 @@ def new(
         raise IllegalTransition(f"a transaction cannot begin {status}")
     if channel not in CHANNELS:
         raise IllegalTransition(f"no channel {channel!r}")
-    return {
+    row = {
         "id": transaction_id or uuid.uuid4(),
         "company_id": company_id,
         "dataset_pk": dataset_pk,
@@ -85,7 +85,7 @@ def new(
         "dataset_id": dataset_id,
         "kind": kind,
         "channel": channel,
-        "status": str(status),
+        "status": status.value,
         "schema_version": schema_version,
         "records_received": 0,
         "records_processed": None,
@@ -101,7 +101,9 @@ def new(
         "uploaded_at": None,
         "started_at": None,
         "completed_at": created_at if status in FINAL else None,
-    } | columns
+    }
+    row.update(columns)
+    return row
 
 
 def begin(connection: Connection, row: Mapping[str, Any]) -> None:
@@ -159,16 +161,26 @@ def finish(
 
 
 def finished(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The event of a transaction row in its final status: `transaction.<status>`."""
+    """The event of a transaction row in its final status: `transaction.<status>`,
+    naming the transaction (its data, `event_json`)."""
     status = row["status"]
     if status not in FINAL:
         raise IllegalTransition(f"{status} is not final")
     return outbox.event(
         f"transaction.{status}",  # type: ignore[arg-type]
         company_id=row["company_id"],
-        data=view(row),
+        transaction_id=row["id"],
         created_at=row["completed_at"],
     )
+
+
+def event_json(event: Any, transaction: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An event as the feed and webhooks carry it: a transaction's with the transaction
+    (its row, final and so unchanged since) as `data`."""
+    if event.transaction_id is None:
+        return outbox.as_json(event)
+    assert transaction is not None, "a transaction's event and its transaction go together"
+    return outbox.as_json(event, view(transaction))
 
 
 def _error(error: Mapping[str, Any]) -> dict[str, Any]:

@@ -203,7 +203,8 @@ ORDER BY n
 )
 # Transaction rows, their events, the records of their batches and the record counts,
 # in one statement: one round trip, where BEGIN, five statements and COMMIT took seven.
-# The transactions, events and counts travel as one JSON text each. The records of one
+# The transactions and counts travel as one JSON text each; each event is made from its
+# transaction's row (`lifecycle.finished` says the same in Python). The records of one
 # batch are `_UNNEST`'s; those of several come with the id of the transaction each
 # belongs to (a binary uuid[]), whose row gives their other columns (a join, and a sort
 # to keep their order).
@@ -211,11 +212,11 @@ _STORE_HEAD = """
 WITH new_transactions AS (
     INSERT INTO transactions
     SELECT * FROM json_populate_recordset(NULL::transactions, %(transactions)s::json)
-    RETURNING id, company_id, dataset_pk, schema_version, created_at
+    RETURNING id, company_id, dataset_pk, schema_version, created_at, status, completed_at
 ), new_events AS (
-    INSERT INTO events (id, type, company_id, created_at, data)
-    SELECT id, type, company_id, created_at, data
-    FROM json_populate_recordset(NULL::events, %(events)s::json)
+    INSERT INTO events (id, type, company_id, created_at, transaction_id)
+    SELECT gen_random_uuid(), 'transaction.' || status, company_id, completed_at, id
+    FROM new_transactions
 ), counted AS (
     INSERT INTO dataset_record_counts (dataset_pk, shard, records)
     SELECT dataset_pk, shard, records
@@ -255,11 +256,11 @@ def _store_statement(
     transactions: Sequence[dict[str, Any]], batches: Sequence[RecordBatch]
 ) -> tuple[str, dict[str, Any]]:
     """`PostgresSink.store`'s statement and its parameters."""
-    events = _final(transactions)
+    if any(transaction["status"] not in lifecycle.FINAL for transaction in transactions):
+        raise lifecycle.IllegalTransition("a sink stores final transactions only")
     batches = [batch for batch in batches if batch.records]
     params: dict[str, Any] = {
         "transactions": orjson.dumps(transactions).decode(),
-        "events": orjson.dumps(events).decode(),
         "counts": orjson.dumps(_counts(batches) if batches else []).decode(),
     }
     if len(batches) == 1:

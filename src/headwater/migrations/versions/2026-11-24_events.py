@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 revision = "0008"
 down_revision = "0007"
@@ -31,9 +30,9 @@ def upgrade() -> None:
         sa.Column("type", sa.String(64), nullable=False),
         sa.Column("company_id", sa.Uuid(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("data", sa.JSON().with_variant(postgresql.JSONB(), "postgresql"), nullable=False),
+        sa.Column("transaction_id", sa.Uuid(), nullable=True),
+        sa.Column("data", sa.JSON(), nullable=True),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_events")),
-        sa.UniqueConstraint("id", name=op.f("uq_events_id")),
     )
     op.create_index("ix_events_company_id", "events", ["company_id", "seq"])
     with op.batch_alter_table("idempotency_keys") as batch:
