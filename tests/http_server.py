@@ -38,7 +38,10 @@ def wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None
 
 
 def _env(env: dict[str, str]) -> dict[str, str]:
+    """The environment of a server process: this one's without HEADWATER_*, then `env`.
+    SFTP is off unless `env` turns it on (servers in parallel would share its port)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
+    full["HEADWATER_SFTP_PORT"] = "0"
     full.update(env)
     return full
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +43,7 @@ credentials_app = _group("API credentials.")
 keys_app = _group("Token signing keys.")
 activity_app = _group("The activity log's hash chains.")
 datasets_app = _group("Dataset schemas (draft-06) and options.")
+sftp_accounts_app = _group("SFTP accounts: logins for a company's systems.")
 app.add_typer(db_app, name="db")
 app.add_typer(companies_app, name="companies")
 app.add_typer(clients_app, name="clients")
@@ -49,6 +51,7 @@ app.add_typer(credentials_app, name="credentials")
 app.add_typer(keys_app, name="keys")
 app.add_typer(activity_app, name="activity")
 app.add_typer(datasets_app, name="datasets")
+app.add_typer(sftp_accounts_app, name="sftp-accounts")
 
 # Written as author_id on what `headwater import` creates unless --author-id says otherwise.
 IMPORT_AUTHOR = uuid.uuid5(uuid.NAMESPACE_URL, "urn:headwater:cli-import")
@@ -128,7 +131,10 @@ def serve(
     configure_logging(level=settings.log_level, json=settings.log_json)
     if settings.auto_migrate:  # once here, before the worker processes start
         migrations.upgrade(settings)
-    with _multiprocess_metrics(Path(settings.data_dir)) if workers > 1 else nullcontext():
+    with (
+        _multiprocess_metrics(Path(settings.data_dir)) if workers > 1 else nullcontext(),
+        _sftp_beside(settings, host),
+    ):
         uvicorn.run(
             "headwater.main:create_app",
             factory=True,
@@ -145,6 +151,29 @@ def serve(
             # that takes longer than uvicorn's 5 s default, and it was killed each time
             timeout_worker_healthcheck=60,
         )
+
+
+@contextmanager
+def _sftp_beside(settings: Settings, host: str) -> Iterator[None]:
+    """`headwater sftp` in a process of its own while the API runs (unless
+    HEADWATER_SFTP_PORT is 0); it stops with the API, or by itself if this process dies."""
+    if settings.sftp_port == 0:
+        yield
+        return
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "headwater.cli", "sftp", "--parent", str(os.getpid())]
+    command += ["--host", settings.sftp_host or host, "--port", str(settings.sftp_port)]
+    child = subprocess.Popen(command)  # noqa: S603 (this interpreter, our own arguments)
+    try:
+        yield
+    finally:
+        child.terminate()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 @contextmanager
@@ -194,9 +223,11 @@ def demo(
 
     os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
     settings = _fresh_settings()
-    with _database().unit_of_work() as session:
-        data = demo_data.seed(session)
     data_dir = Path(settings.data_dir).resolve()
+    sftp_key = demo_data.sftp_key(data_dir)
+    with _database().unit_of_work() as session:
+        data = demo_data.seed(session, sftp_public_key=sftp_key.public)
+    data = data.with_sftp(port=settings.sftp_port, key_file=sftp_key.path)
     env_file = data_dir / "demo.env"
     env_file.touch(mode=0o600)
     env_file.chmod(0o600)  # it holds the demo's secrets
@@ -211,6 +242,51 @@ def demo(
         soft_wrap=True,
     )
     serve(host=host, port=port, workers=1)
+
+
+@app.command("sftp")
+def run_sftp(
+    host: Annotated[
+        str | None, typer.Option(metavar="HOST", help="Interface (default HEADWATER_SFTP_HOST).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="TCP port (default HEADWATER_SFTP_PORT).")
+    ] = None,
+    ready_file: Annotated[
+        Path | None, typer.Option(hidden=True, help="Write the bound port here once listening.")
+    ] = None,
+    parent: Annotated[int | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Run the SFTP server alone (`headwater serve` runs it too)."""
+    import asyncio
+
+    from headwater.ops.logs import configure_logging
+    from headwater.sftp import server
+
+    settings = get_settings()
+    configure_logging(level=settings.log_level, json=settings.log_json)
+    _database()  # migrated before the first login
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(
+            server.serve(
+                settings,
+                host or settings.sftp_host or "127.0.0.1",
+                settings.sftp_port if port is None else port,
+                ready=ready_file,
+            )
+        )
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, task.cancel)
+        while parent is not None and not task.done():
+            await asyncio.sleep(1)
+            if os.getppid() != parent:  # the API that started it is gone
+                task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
 
 
 @app.command("worker")
@@ -568,3 +644,61 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@sftp_accounts_app.command("create")
+def sftp_accounts_create(
+    company_id: CompanyId,
+    username: Annotated[str, typer.Argument(metavar="USERNAME", help="[a-z0-9][a-z0-9_.-]{0,63}")],
+    public_keys: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--public-key", metavar="FILE", help="An OpenSSH public key file; repeat for each."
+        ),
+    ] = None,
+    password: Annotated[
+        bool, typer.Option("--password", help="Generate a password (printed once).")
+    ] = False,
+    client_ids: Annotated[
+        list[str] | None,
+        typer.Option("--client-id", metavar="CLIENT_ID", help="A client it may use; repeat."),
+    ] = None,
+) -> None:
+    """Create an SFTP account (section 11 of the contract)."""
+    from headwater.sftp import service as sftp
+    from headwater.sftp.schemas import AccountCreate
+
+    data = AccountCreate(
+        username=username,
+        public_keys=[path.read_text().strip() for path in public_keys or []],
+        password=password,
+        client_ids=client_ids or [],
+    )
+    with _database().unit_of_work() as session:
+        created = sftp.create_account(session, company_id=company_id, data=data)
+    _print(created.model_dump(mode="json", exclude_none=True))
+
+
+@sftp_accounts_app.command("list")
+def sftp_accounts_list(company_id: CompanyOption = None) -> None:
+    """Every SFTP account, or one company's."""
+    from headwater.kit.pagination import PageQuery
+    from headwater.sftp import service as sftp
+
+    with _database().unit_of_work() as session:
+        rows, _ = sftp.list_accounts(
+            session, company_id=company_id, params=PageQuery(page_size=1000)
+        )
+        _print([sftp.view(row).model_dump(mode="json") for row in rows])
+
+
+@sftp_accounts_app.command("delete")
+def sftp_accounts_delete(
+    username: Annotated[str, typer.Argument(metavar="USERNAME")],
+) -> None:
+    """Delete an SFTP account: no new login; open sessions end within 5 s."""
+    from headwater.sftp import service as sftp
+
+    with _database().unit_of_work() as session:
+        sftp.delete_account(session, username)
+    out.print(f"deleted {username}")

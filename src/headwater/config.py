@@ -73,6 +73,14 @@ class Settings(BaseSettings):
     file_job_stale_seconds: float = Field(60.0, gt=0)
     file_job_max_attempts: int = Field(3, ge=1)
 
+    # SFTP (contract section 11): 0 turns the server off
+    sftp_host: str | None = None  # default: serve's host
+    sftp_port: int = Field(2222, ge=0, le=65535)
+    sftp_host_key_file: Path | None = None  # default: $data_dir/sftp/host_key, made once
+    sftp_receipt_days: int = Field(7, ge=1, le=365)
+    sftp_max_sessions: int = Field(10, ge=1, le=1000)
+    sftp_auth_failures_per_minute: int = Field(10, ge=1)
+
     auto_migrate: bool = True
     worker_enabled: bool = True
     worker_interval_seconds: float = Field(30.0, gt=0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from headwater.ingestion import datasets
 from headwater.ingestion.models import Dataset
 from headwater.ingestion.schemas import DatasetOptions
 from headwater.kit.actor import Actor
+from headwater.sftp import service as sftp
 from headwater.workflows import importer
 from headwater.workflows.models import WorkflowCategory
 
@@ -31,6 +32,7 @@ DEMO_CLIENT = "demo-crm"
 DEMO_CREDENTIAL = "demo-client"
 DEMO_OPERATOR = "demo-operator"
 DEMO_DATASET = "orders"
+DEMO_SFTP_USER = "demo"
 DEMO_SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-06/schema#",
     "type": "object",
@@ -55,12 +57,38 @@ class DemoData:
     client_secret: str
     operator_id: str
     operator_secret: str
+    sftp_port: int = 0
+    sftp_key: Path | None = None
+
+    def with_sftp(self, *, port: int, key_file: Path) -> DemoData:
+        return replace(self, sftp_port=port, sftp_key=key_file)
 
 
 DEMO_WORKFLOWS = Path(__file__).with_name("demo_workflows.yaml")
 
 
-def seed(session: Session) -> DemoData:
+@dataclass(frozen=True)
+class DemoKey:
+    path: Path
+    public: str
+
+
+def sftp_key(data_dir: Path) -> DemoKey:
+    """The demo SFTP account's key pair, made once under `<data_dir>/sftp/` (0600)."""
+    import asyncssh
+
+    path = data_dir / "sftp" / "demo_key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = asyncssh.generate_private_key("ssh-ed25519", comment="headwater-demo")
+        path.touch(mode=0o600)
+        path.write_bytes(key.export_private_key("openssh"))
+    path.chmod(0o600)
+    public = asyncssh.read_private_key(str(path)).export_public_key("openssh").decode().strip()
+    return DemoKey(path=path, public=public)
+
+
+def seed(session: Session, *, sftp_public_key: str | None = None) -> DemoData:
     """Create the demo tenant once; give both demo credentials a fresh secret every time."""
     company = session.scalars(select(Company).where(Company.name == DEMO_COMPANY)).first()
     if company is None:
@@ -103,6 +131,10 @@ def seed(session: Session) -> DemoData:
             options=DatasetOptions(coerce_types=True),
             max_schema_bytes=len(orjson.dumps(DEMO_SCHEMA)),
         )
+    if sftp_public_key is not None:
+        sftp.ensure_account(
+            session, company_id=company.id, username=DEMO_SFTP_USER, public_key=sftp_public_key
+        )
     return DemoData(
         company_id=company.id,
         ingestion_client=DEMO_CLIENT,
@@ -125,6 +157,7 @@ export CLIENT_ID={data.client_id} CLIENT_SECRET={data.client_secret}
 export OPERATOR_ID={data.operator_id} OPERATOR_SECRET={data.operator_secret}
 export HEADWATER_URL=$BASE HEADWATER_CLIENT_ID=$CLIENT_ID HEADWATER_CLIENT_SECRET=$CLIENT_SECRET
 export HEADWATER_DATA_DIR={data_dir}
+export SFTP_PORT={data.sftp_port} SFTP_USER={DEMO_SFTP_USER} SFTP_KEY={data.sftp_key}
 export TOKEN=$(curl -s $BASE/oauth/token -H 'Content-Type: application/json' \\
   -d '{{"client_id": "'$CLIENT_ID'", "client_secret": "'$CLIENT_SECRET'", "audience": "{audience}"}}' | {extract})
 export OPERATOR=$(curl -s $BASE/oauth/token -u "$OPERATOR_ID:$OPERATOR_SECRET" \\
@@ -163,5 +196,16 @@ Or with the Python client's command line (clients/python/README.md), files kept 
   {client_cli} upload {data_dir}/demo-orders.csv -c {data.ingestion_client} -d {DEMO_DATASET}
   {client_cli} records export -c {data.ingestion_client} -d {DEMO_DATASET}
 
+{_sftp_lines(data)}
 Interactive API docs: {base_url}/docs    OpenAPI: {base_url}/openapi.json
+"""
+
+
+def _sftp_lines(data: DemoData) -> str:
+    if not data.sftp_port:
+        return "(SFTP is off: HEADWATER_SFTP_PORT=0.)\n"
+    return f"""SFTP (user {DEMO_SFTP_USER}, key {data.sftp_key}): drop a file in /{data.ingestion_client}/{DEMO_DATASET}/,
+its receipt appears in /{data.ingestion_client}/{DEMO_DATASET}/receipts/ once processed:
+
+  sftp -P {data.sftp_port} -i {data.sftp_key} -o StrictHostKeyChecking=accept-new {DEMO_SFTP_USER}@127.0.0.1
 """

@@ -29,6 +29,7 @@ from headwater.ops.logs import configure_logging
 from headwater.ops.middleware import BodyLimitMiddleware, ObservabilityMiddleware
 from headwater.ops.openapi import build_openapi
 from headwater.runtime import build_runtime, start
+from headwater.sftp import router as sftp_router
 from headwater.web import problems
 from headwater.workflows import router as workflows_router
 
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(files_router.router)
     app.include_router(identity_router.router)
     app.include_router(ingestion_router.admin)
+    app.include_router(sftp_router.router)
     app.include_router(files_router.uploads)
     app.include_router(files_router.hooks)
     app.include_router(workflows_router.router)

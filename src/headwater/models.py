@@ -9,4 +9,5 @@ def load_all() -> None:
     import headwater.files.models
     import headwater.identity.models
     import headwater.ingestion.models
+    import headwater.sftp.models
     import headwater.workflows.models  # noqa: F401

@@ -65,11 +65,27 @@ async def poll_uploads(runtime: Runtime) -> None:
         runtime.files_queued.set()
 
 
+async def expire_sftp_receipts(runtime: Runtime) -> None:
+    """SFTP receipts past HEADWATER_SFTP_RECEIPT_DAYS: forgotten."""
+    from headwater.sftp.service import expire_receipts
+
+    days = runtime.settings.sftp_receipt_days
+
+    def expire() -> int:
+        with runtime.db.unit_of_work() as session:
+            return expire_receipts(session, days=days)
+
+    expired = await anyio.to_thread.run_sync(expire)
+    if expired:
+        log.info("sftp receipts expired", count=expired)
+
+
 JOBS: list[Job] = [
     refresh_verification_keys,
     forget_idempotency_keys,
     expire_uploads,
     poll_uploads,
+    expire_sftp_receipts,
 ]
 
 

@@ -40,7 +40,11 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
     port = free_port()
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("HEADWATER_", "PROMETHEUS"))
-    } | {"HEADWATER_WORKER_INTERVAL_SECONDS": "3600", "COLUMNS": "200"}
+    } | {
+        "HEADWATER_WORKER_INTERVAL_SECONDS": "3600",
+        "HEADWATER_SFTP_PORT": str(free_port()),
+        "COLUMNS": "200",
+    }
     log = work / "demo.log"
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -108,6 +108,74 @@ def create_upload_url(
     )
 
 
+# --- a file another channel has stored ---------------------------------------------------------
+
+
+def accept_stored(
+    session: Session,
+    caller: Principal,
+    *,
+    channel: ingestion.Channel,
+    client_id: str,
+    dataset_id: str,
+    file_name: str,
+    content_type: str,
+    store: Store,
+    key: str,
+    file_id: uuid.UUID,
+    size: int,
+    etag: str,
+) -> uuid.UUID:
+    """A file a channel (SFTP, email) has stored whole at `key`: its transaction, begun
+    `processing`, and its job, queued as an upload's would be. The caller's unit of work
+    commits them; until it does, the worker sees nothing. 403/404 as for an upload URL."""
+    dataset = ingestion.dataset_for(session, caller, client_id, dataset_id)
+    now = utcnow_ms()
+    transaction_id = ingestion.open_file(
+        session,
+        dataset,
+        channel=channel,
+        author_id=caller.author_id,
+        status=ingestion.Status.PROCESSING,
+        file_name=file_name,
+        content_type=content_type,
+        file_size=size,
+        uploaded_at=now,
+    )
+    session.add(
+        FileUpload(
+            id=file_id,
+            transaction_id=transaction_id,
+            company_id=dataset.company_id,
+            bucket=store.bucket,
+            object_key=key,
+            content_type=content_type,
+            max_bytes=size,
+            state=UPLOADED,
+            etag=etag,
+            size=size,
+            expires_at=now,
+            created_at=now,
+            uploaded_at=now,
+        )
+    )
+    session.flush()
+    session.add(
+        FileJob(
+            id=uuid.uuid4(),
+            file_id=file_id,
+            bucket=store.bucket,
+            object_key=key,
+            etag=etag,
+            state=QUEUED,
+            attempts=0,
+            created_at=now,
+        )
+    )
+    session.flush()
+    return transaction_id
+
+
 # --- noticing an upload -----------------------------------------------------------------------
 
 

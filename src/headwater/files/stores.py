@@ -31,6 +31,22 @@ class ObjectInfo:
     content_type: str | None
 
 
+class Writer(Protocol):
+    """A file on its way into a store, written in pieces: whole after `commit` (durable),
+    absent after `discard`."""
+
+    size: int
+
+    @property
+    def etag(self) -> str: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
 class Store(Protocol):
     """Where uploaded files live. `bucket` is "" for the embedded store."""
 
@@ -49,6 +65,10 @@ class Store(Protocol):
     def delete(self, key: str) -> None: ...
 
     def ping(self) -> None: ...
+
+    def incoming_file(self, key: str) -> Writer:
+        """A writer for a file a channel receives (SFTP, email) at `key`."""
+        ...
 
 
 # --- embedded ---------------------------------------------------------------------------------
@@ -259,6 +279,73 @@ class S3Store:
 
     def ping(self) -> None:
         self.client.head_bucket(Bucket=self.bucket)
+
+    def incoming_file(self, key: str) -> Writer:
+        return S3Incoming(self.client, self.bucket, key)
+
+
+class S3Incoming:
+    """A file written to S3 in parts (a multipart upload; one PUT if it is small), so
+    memory holds at most one part. `commit` completes it; `discard` aborts it."""
+
+    PART = 8 * 1024 * 1024
+
+    def __init__(self, client: Any, bucket: str, key: str) -> None:
+        self.client = client
+        self.bucket = bucket
+        self.key = key
+        self.size = 0
+        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+
+    @property
+    def etag(self) -> str:
+        return self._md5.hexdigest()
+
+    def write(self, data: bytes) -> None:
+        self._md5.update(data)
+        self.size += len(data)
+        self._held.append(data)
+        self._held_bytes += len(data)
+        if self._held_bytes >= self.PART:
+            self._send_part()
+
+    def _send_part(self) -> None:
+        if self._upload_id is None:
+            started = self.client.create_multipart_upload(Bucket=self.bucket, Key=self.key)
+            self._upload_id = started["UploadId"]
+        number = len(self._parts) + 1
+        body = b"".join(self._held)
+        self._held, self._held_bytes = [], 0
+        answer = self.client.upload_part(
+            Bucket=self.bucket, Key=self.key, UploadId=self._upload_id, PartNumber=number, Body=body
+        )
+        self._parts.append({"ETag": answer["ETag"], "PartNumber": number})
+
+    def commit(self) -> None:
+        if self._upload_id is None:
+            self.client.put_object(Bucket=self.bucket, Key=self.key, Body=b"".join(self._held))
+            self._held = []
+            return
+        if self._held:
+            self._send_part()
+        self.client.complete_multipart_upload(
+            Bucket=self.bucket,
+            Key=self.key,
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": self._parts},
+        )
+
+    def discard(self) -> None:
+        self._held = []
+        if self._upload_id is not None:
+            with contextlib.suppress(Exception):
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=self.key, UploadId=self._upload_id
+                )
 
 
 def make_store(settings: Settings) -> Store:

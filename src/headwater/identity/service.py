@@ -142,7 +142,7 @@ def create_credential(
         )
     if company_id is not None:
         get_company(session, company_id)
-        _check_client_ids(session, company_id=company_id, client_ids=client_ids)
+        check_client_ids(session, company_id=company_id, client_ids=client_ids)
     elif client_ids:
         raise InvalidCredentialRequest("Operator credentials are not bound to ingestion clients.")
     secret = client_secret or new_secret()
@@ -161,9 +161,7 @@ def create_credential(
     return IssuedCredential(credential=credential, client_secret=secret)
 
 
-def _check_client_ids(
-    session: Session, *, company_id: uuid.UUID, client_ids: Sequence[str]
-) -> None:
+def check_client_ids(session: Session, *, company_id: uuid.UUID, client_ids: Sequence[str]) -> None:
     if not client_ids:
         return
     found = set(

@@ -144,6 +144,24 @@ def list_visible(
     return page(session, statement, params=query)
 
 
+def usable_pairs(session: Session, caller: Principal) -> list[tuple[str, str]]:
+    """Every (client, dataset) the caller may push to, sorted: its company's datasets
+    whose client is not revoked and is one the caller may use."""
+    statement = (
+        select(Dataset.client_id, Dataset.dataset_id)
+        .join(IngestionClient, IngestionClient.client_id == Dataset.client_id)
+        .where(
+            Dataset.company_id == caller.actor.company_id,
+            IngestionClient.company_id == caller.actor.company_id,
+            IngestionClient.revoked_at.is_(None),
+        )
+        .order_by(Dataset.client_id, Dataset.dataset_id)
+    )
+    if caller.client_ids:
+        statement = statement.where(Dataset.client_id.in_(caller.client_ids))
+    return [(row.client_id, row.dataset_id) for row in session.execute(statement)]
+
+
 def _current_schemas(session: Session, datasets: Sequence[Dataset]) -> dict[uuid.UUID, Any]:
     rows = session.execute(
         select(

@@ -1,0 +1,45 @@
+"""SFTP accounts, and the files they uploaded (for receipts)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, Index, String, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from headwater.db import Base, UTCDateTime
+
+
+class SftpAccount(Base):
+    """A login for one company's systems: public keys and, optionally, a password."""
+
+    __tablename__ = "sftp_accounts"
+
+    username: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # the author of its transactions
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True, default=uuid.uuid4)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("companies.id"), index=True)
+    client_ids: Mapped[list[str]] = mapped_column(JSON)
+    # [{"key": "ssh-ed25519 AAAA...", "fingerprint": "SHA256:..."}], comments dropped
+    public_keys: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    password_hash: Mapped[str | None] = mapped_column(String(255), default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SftpUpload(Base):
+    """A file an account uploaded and the transaction it became; its receipt is shown
+    until removed or `HEADWATER_SFTP_RECEIPT_DAYS` after the upload."""
+
+    __tablename__ = "sftp_uploads"
+    __table_args__ = (Index(None, "company_id", "client_id", "dataset_id", "created_at"),)
+
+    transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64))
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    client_id: Mapped[str] = mapped_column(String(64))
+    dataset_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    receipt_removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)

@@ -1,0 +1,670 @@
+"""The SFTP server (asyncssh): logins, the tree an account sees, uploads that become
+file transactions on close, receipts (contract section 11).
+
+A channel, not a pipeline: an upload is streamed to the file store, and on its close
+`files.service.accept_stored` opens its transaction (`channel: "sftp"`, `processing`)
+and queues its job in one unit of work; the worker then processes it exactly as an
+uploaded file. The close is answered only after both are durable.
+
+Paths are virtual: nothing of the server's file system is ever reached. A path is
+split into at most four parts (`/<client>/<dataset>/<name>` or
+`.../receipts/<receipt>`); any `..` that would climb above `/` is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import stat
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio.to_thread
+import asyncssh
+import structlog
+from asyncssh.constants import ACE4_APPEND_DATA, ACE4_WRITE_DATA, FXF_APPEND, FXF_WRITE
+
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.files import service as files
+from headwater.files.stores import Store, Writer
+from headwater.identity.tokens import Principal
+from headwater.ingestion import datasets
+from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
+from headwater.ingestion.service import PENDING_STATUSES, transaction_read
+from headwater.kit.ratelimit import FailureLimit
+from headwater.sftp import service as accounts
+from headwater.sftp.service import Login
+
+log = structlog.get_logger("headwater.sftp")
+T = TypeVar("T")
+
+FORMATS = {
+    ".csv": "text/csv",
+    ".json": "application/json",
+    ".ndjson": "application/x-ndjson",
+    ".jsonl": "application/x-ndjson",
+}
+HELD_SUFFIXES = (".part", ".tmp", ".filepart")
+SUPPORTED = ".csv, .json, .ndjson or .jsonl, each optionally followed by .gz"
+RECEIPTS = "receipts"
+WRITE_PIECE = 1024 * 1024  # bytes held before they are handed to the store
+REAP_SECONDS = 2.0  # how often sessions of deleted accounts are looked for
+_RECEIPT = re.compile(r"^(?P<name>.+)\.(?P<id>[0-9a-f-]{36})\.json$")
+
+
+def content_type(name: str) -> str | None:
+    """The format a name says (`orders.csv.gz` → text/csv); None if it says none."""
+    base = name[:-3] if name.lower().endswith(".gz") else name
+    return FORMATS.get(os.path.splitext(base)[1].lower())
+
+
+def is_held(name: str) -> bool:
+    """A temporary name: kept until renamed to a supported one."""
+    return name.startswith(".") or name.lower().endswith(HELD_SUFFIXES)
+
+
+def _denied(message: str) -> asyncssh.SFTPPermissionDenied:
+    return asyncssh.SFTPPermissionDenied(message)
+
+
+def split(path: bytes) -> list[str]:
+    """A client's path as parts under `/`; PERMISSION_DENIED if it leaves the tree."""
+    try:
+        text = path.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _denied("paths must be UTF-8") from None
+    parts: list[str] = []
+    for part in text.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                raise _denied("the path leaves your tree")
+            parts.pop()
+            continue
+        if "\x00" in part:
+            raise _denied("the path holds U+0000")
+        parts.append(part)
+    return parts
+
+
+def _dir_attrs() -> asyncssh.SFTPAttrs:
+    now = int(time.time())
+    return asyncssh.SFTPAttrs(
+        type=2, size=0, permissions=stat.S_IFDIR | 0o755, uid=0, gid=0, atime=now, mtime=now
+    )
+
+
+def _file_attrs(
+    size: int, *, writable: bool = False, mtime: float | None = None
+) -> asyncssh.SFTPAttrs:
+    when = int(mtime if mtime is not None else time.time())
+    mode = 0o644 if writable else 0o444
+    return asyncssh.SFTPAttrs(
+        type=1, size=size, permissions=stat.S_IFREG | mode, uid=0, gid=0, atime=when, mtime=when
+    )
+
+
+@dataclass
+class Held:
+    """A file stored under a temporary name, waiting for its rename."""
+
+    file_id: uuid.UUID
+    key: str
+    size: int
+    etag: str
+    at: float
+
+
+@dataclass
+class Hub:
+    """One per process: the database, the store, the logins' open connections, the held
+    files, the failed logins per address."""
+
+    db: Database
+    store: Store
+    settings: Settings
+    failures: FailureLimit
+    connections: dict[str, set[asyncssh.SSHServerConnection]] = field(default_factory=dict)
+    held: dict[tuple[str, str, str, str], Held] = field(default_factory=dict)
+    counters: dict[str, int] = field(
+        default_factory=lambda: {"sessions": 0, "bytes": 0, "files": 0, "refused_logins": 0}
+    )
+
+    async def run(self, call: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(call, *args)
+
+    def open_sessions(self, username: str) -> int:
+        return len(self.connections.get(username, ()))
+
+    async def reap_forever(self) -> None:
+        """End the sessions of accounts that were deleted (within REAP_SECONDS)."""
+        while True:
+            await asyncio.sleep(REAP_SECONDS)
+            names = [name for name, conns in self.connections.items() if conns]
+            if not names:
+                continue
+            try:
+                alive = await self.run(self._existing, names)
+            except Exception as exc:  # the database: try again at the next turn
+                log.warning("sftp account check failed", error=str(exc).splitlines()[0])
+                continue
+            for name in names:
+                if name not in alive:
+                    for conn in list(self.connections.get(name, ())):
+                        log.info("sftp session ended: account deleted", username=name)
+                        conn.close()
+
+    def _existing(self, names: list[str]) -> set[str]:
+        with self.db.read_session() as session:
+            return accounts.existing(session, names)
+
+
+class _Login(asyncssh.SSHServer):
+    """Authentication: the account's keys, or its password; a failure looks the same
+    whatever failed, and an address with too many failures is refused for a minute."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.conn: asyncssh.SSHServerConnection | None = None
+        self.address = ""
+        self.login: Login | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self.conn = conn
+        peer = conn.get_extra_info("peername")
+        self.address = str(peer[0]) if peer else ""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.login is not None and self.conn is not None:
+            self.hub.connections.get(self.login.username, set()).discard(self.conn)
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def password_auth_supported(self) -> bool:
+        return True
+
+    async def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        if self.hub.failures.refused(self.address):
+            return False
+        text = key.export_public_key("openssh").decode().split()
+        found = await self.hub.run(self._check_key, username, f"{text[0]} {text[1]}")
+        return await self._outcome(found)
+
+    async def validate_password(self, username: str, password: str) -> bool:
+        if self.hub.failures.refused(self.address):
+            return False
+        found = await self.hub.run(self._check_password, username, password)
+        return await self._outcome(found)
+
+    def _check_key(self, username: str, key: str) -> Login | None:
+        with self.hub.db.read_session() as session:
+            return accounts.check_key(session, username, key)
+
+    def _check_password(self, username: str, password: str) -> Login | None:
+        with self.hub.db.read_session() as session:
+            return accounts.check_password(session, username, password)
+
+    async def _outcome(self, found: Login | None) -> bool:
+        if found is None:
+            self.hub.counters["refused_logins"] += 1
+            await self.hub.failures.failed(self.address)
+            return False
+        if self.hub.open_sessions(found.username) >= self.hub.settings.sftp_max_sessions:
+            log.warning("sftp login refused: session limit", username=found.username)
+            return False
+        self.login = found
+        return True
+
+    def auth_completed(self) -> None:
+        assert self.conn is not None and self.login is not None
+        self.conn.set_extra_info(login=self.login)
+        self.hub.connections.setdefault(self.login.username, set()).add(self.conn)
+        self.hub.counters["sessions"] += 1
+        log.info("sftp session", username=self.login.username, address=self.address)
+
+
+class _Upload:
+    """A file being written: streamed to the store, ingested (or held) on close."""
+
+    def __init__(self, client_id: str, dataset_id: str, name: str, key: str, writer: Writer):
+        self.client_id = client_id
+        self.dataset_id = dataset_id
+        self.name = name
+        self.key = key
+        self.file_id = uuid.UUID(hex=key.rsplit("/", 1)[-1][:32])
+        self.writer = writer
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+        self.size = 0
+        self.failed: str | None = None
+
+
+class _Receipt:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+
+class Tree(asyncssh.SFTPServer):
+    """What one session sees and may do."""
+
+    def __init__(self, chan: asyncssh.SSHServerChannel[bytes], hub: Hub) -> None:
+        super().__init__(chan)
+        self.hub = hub
+        self.account: Login = chan.get_connection().get_extra_info("login")
+        self.caller: Principal = self.account.principal()
+
+    # --- what exists ----------------------------------------------------------------------
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        with self.hub.db.read_session() as session:
+            return datasets.usable_pairs(session, self.caller)
+
+    async def _clients(self) -> list[str]:
+        return sorted({client for client, _ in await self.hub.run(self._pairs)})
+
+    async def _datasets(self, client_id: str) -> list[str]:
+        return [d for c, d in await self.hub.run(self._pairs) if c == client_id]
+
+    async def _dataset(self, client_id: str, dataset_id: str) -> None:
+        """NO_SUCH_FILE unless the account may use this client and it has this dataset."""
+        if dataset_id not in await self._datasets(client_id):
+            raise asyncssh.SFTPNoSuchFile(f"no dataset {client_id}/{dataset_id}")
+
+    def _receipts(self, client_id: str, dataset_id: str) -> dict[str, bytes]:
+        """`<name>.<transaction_id>.json` → the transaction's JSON, for final ones."""
+        found: dict[str, bytes] = {}
+        with self.hub.db.read_session() as session:
+            for upload in accounts.receipts(
+                session,
+                self.account,
+                client_id=client_id,
+                dataset_id=dataset_id,
+                days=self.hub.settings.sftp_receipt_days,
+            ):
+                try:
+                    view = transaction_read(session, self.caller, upload.transaction_id)
+                except TransactionNotFound:  # no longer visible to this account
+                    continue
+                if view.status in PENDING_STATUSES:
+                    continue
+                body = view.model_dump_json().encode()
+                found[f"{upload.name}.{upload.transaction_id}.json"] = body
+        return found
+
+    async def _kind(self, parts: list[str]) -> tuple[str, Any]:
+        """What a path names: ("root"|"client"|"dataset"|"receipts"|"receipt"|"held", ...)."""
+        depth = len(parts)
+        if depth == 0:
+            return "root", None
+        if parts[0] not in await self._clients():
+            raise asyncssh.SFTPNoSuchFile(f"no client directory {parts[0]}")
+        if depth == 1:
+            return "client", None
+        await self._dataset(parts[0], parts[1])
+        if depth == 2:
+            return "dataset", None
+        if depth == 3 and parts[2] == RECEIPTS:
+            return "receipts", None
+        if depth == 3:
+            held = self.hub.held.get(self._held_key(parts))
+            if held is None:
+                raise asyncssh.SFTPNoSuchFile(f"no file {parts[2]}")
+            return "held", held
+        if depth == 4 and parts[2] == RECEIPTS:
+            body = (await self.hub.run(self._receipts, parts[0], parts[1])).get(parts[3])
+            if body is None:
+                raise asyncssh.SFTPNoSuchFile(f"no receipt {parts[3]}")
+            return "receipt", body
+        raise asyncssh.SFTPNoSuchFile("no such path")
+
+    def _held_key(self, parts: list[str]) -> tuple[str, str, str, str]:
+        return (self.account.username, parts[0], parts[1], parts[2])
+
+    # --- reading the tree -------------------------------------------------------------------
+
+    async def realpath(self, path: bytes) -> bytes:
+        return ("/" + "/".join(split(path))).encode()
+
+    async def stat(self, path: bytes) -> asyncssh.SFTPAttrs:
+        kind, found = await self._kind(split(path))
+        if kind == "receipt":
+            return _file_attrs(len(found))
+        if kind == "held":
+            return _file_attrs(found.size, writable=True, mtime=found.at)
+        return _dir_attrs()
+
+    lstat = stat
+
+    async def scandir(self, path: bytes) -> AsyncIterator[asyncssh.SFTPName]:
+        parts = split(path)
+        kind, _ = await self._kind(parts)
+        for dot in (b".", b".."):
+            yield asyncssh.SFTPName(dot, attrs=_dir_attrs())
+        names: list[tuple[str, asyncssh.SFTPAttrs]] = []
+        if kind == "root":
+            names = [(c, _dir_attrs()) for c in await self._clients()]
+        elif kind == "client":
+            names = [(d, _dir_attrs()) for d in await self._datasets(parts[0])]
+        elif kind == "dataset":
+            names = [(RECEIPTS, _dir_attrs())]
+            for (user, c, d, name), held in sorted(self.hub.held.items()):
+                if (user, c, d) == (self.account.username, parts[0], parts[1]):
+                    names.append((name, _file_attrs(held.size, writable=True, mtime=held.at)))
+        elif kind == "receipts":
+            receipts = await self.hub.run(self._receipts, parts[0], parts[1])
+            names = [(n, _file_attrs(len(body))) for n, body in sorted(receipts.items())]
+        else:
+            raise asyncssh.SFTPNoSuchFile("not a directory")
+        for name, attrs in names:
+            yield asyncssh.SFTPName(name.encode(), attrs=attrs)
+
+    # --- files ------------------------------------------------------------------------------
+
+    async def open(self, path: bytes, pflags: int, attrs: asyncssh.SFTPAttrs) -> object:
+        parts = split(path)
+        if pflags & (FXF_WRITE | FXF_APPEND):
+            return await self._create(parts)
+        kind, found = await self._kind(parts)
+        if kind == "receipt":
+            return _Receipt(found)
+        if kind == "held":
+            raise _denied("a file being uploaded cannot be read")
+        raise asyncssh.SFTPFailure("not a file")
+
+    async def open56(
+        self, path: bytes, desired_access: int, flags: int, attrs: asyncssh.SFTPAttrs
+    ) -> object:
+        pflags = FXF_WRITE if desired_access & (ACE4_WRITE_DATA | ACE4_APPEND_DATA) else 0
+        return await self.open(path, pflags, attrs)
+
+    async def _create(self, parts: list[str]) -> _Upload:
+        if len(parts) != 3 or parts[2] == RECEIPTS:
+            raise _denied(
+                "files are uploaded to /<client_id>/<dataset_id>/<name>; "
+                "nothing else can be written"
+            )
+        client_id, dataset_id, name = parts
+        if not is_held(name) and content_type(name) is None:
+            raise _denied(f"{name!r} is not a supported file: use {SUPPORTED}")
+        if len(name.encode()) > 255:
+            raise _denied("the name is longer than 255 bytes")
+        try:
+            await self._kind(parts[:2])
+        except asyncssh.SFTPNoSuchFile as exc:
+            raise _denied(f"you may not upload there: {exc.reason}") from None
+        file_id = uuid.uuid4()
+        key = self.hub.store.object_key(company_id=self.account.company_id, file_id=file_id)
+        writer = await self.hub.run(self.hub.store.incoming_file, key)
+        return _Upload(client_id, dataset_id, name, key, writer)
+
+    async def read(self, file_obj: object, offset: int, size: int) -> bytes:
+        if not isinstance(file_obj, _Receipt):
+            raise _denied("this file cannot be read")
+        return file_obj.body[offset : offset + size]
+
+    async def write(self, file_obj: object, offset: int, data: bytes) -> int:
+        if not isinstance(file_obj, _Upload):
+            raise _denied("this file cannot be written")
+        upload = file_obj
+        if upload.failed is not None:
+            raise asyncssh.SFTPFailure(upload.failed)
+        if offset != upload.size:
+            upload.failed = "writes must follow each other (no seek, no gap)"
+            raise asyncssh.SFTPFailure(upload.failed)
+        if upload.size + len(data) > self.hub.settings.max_file_bytes:
+            upload.failed = f"file too large: the limit is {self.hub.settings.max_file_bytes} bytes"
+            raise asyncssh.SFTPFailure(upload.failed)
+        upload.pending.append(data)
+        upload.pending_bytes += len(data)
+        upload.size += len(data)
+        if upload.pending_bytes >= WRITE_PIECE:
+            await self._flush(upload)
+        return len(data)
+
+    async def _flush(self, upload: _Upload) -> None:
+        piece = b"".join(upload.pending)
+        upload.pending, upload.pending_bytes = [], 0
+        await self.hub.run(upload.writer.write, piece)
+        self.hub.counters["bytes"] += len(piece)
+
+    def _ending(self) -> bool:
+        """Whether the session is going away (asyncssh closes files left open then): an
+        upload that was not closed by its client is dropped, never ingested."""
+        channel = self.channel
+        return bool(
+            channel.is_closing()
+            or getattr(channel, "_recv_state", "open") != "open"
+            or self.connection.is_closed()
+        )
+
+    async def close(self, file_obj: object) -> None:
+        if not isinstance(file_obj, _Upload):
+            return
+        upload = file_obj
+        if upload.failed is not None or self._ending():
+            await self.hub.run(upload.writer.discard)
+            if upload.failed is None:
+                log.info("sftp upload dropped before its close", name=upload.name)
+                return
+            raise asyncssh.SFTPFailure(upload.failed)
+        try:
+            if upload.pending:
+                await self._flush(upload)
+            await self.hub.run(upload.writer.commit)
+        except Exception as exc:
+            await self.hub.run(upload.writer.discard)
+            log.error("sftp upload not stored", name=upload.name, error=str(exc))
+            raise asyncssh.SFTPFailure("the file could not be stored; send it again") from None
+        stored = Held(upload.file_id, upload.key, upload.size, upload.writer.etag, time.time())
+        if is_held(upload.name):
+            self.hub.held[
+                (self.account.username, upload.client_id, upload.dataset_id, upload.name)
+            ] = stored
+            return
+        await self._ingest(upload.client_id, upload.dataset_id, upload.name, stored)
+
+    async def _ingest(self, client_id: str, dataset_id: str, name: str, stored: Held) -> None:
+        """The stored file becomes a transaction and a queued job (one unit of work)."""
+        kind = content_type(name)
+        assert kind is not None
+        try:
+            transaction_id = await self.hub.run(
+                self._accept, client_id, dataset_id, name, kind, stored
+            )
+        except Exception as exc:
+            await self.hub.run(self.hub.store.delete, stored.key)
+            if isinstance(exc, DatasetNotFound):
+                raise _denied(str(exc)) from None
+            log.error("sftp upload not ingested", name=name, error=str(exc).splitlines()[0])
+            raise asyncssh.SFTPFailure("the file could not be ingested; send it again") from None
+        self.hub.counters["files"] += 1
+        log.info(
+            "sftp file received",
+            username=self.account.username,
+            transaction_id=str(transaction_id),
+            client_id=client_id,
+            dataset_id=dataset_id,
+            size=stored.size,
+        )
+
+    def _accept(
+        self, client_id: str, dataset_id: str, name: str, kind: str, stored: Held
+    ) -> uuid.UUID:
+        with self.hub.db.unit_of_work() as session:
+            transaction_id = files.accept_stored(
+                session,
+                self.caller,
+                channel="sftp",
+                client_id=client_id,
+                dataset_id=dataset_id,
+                file_name=name,
+                content_type=kind,
+                store=self.hub.store,
+                key=stored.key,
+                file_id=stored.file_id,
+                size=stored.size,
+                etag=stored.etag,
+            )
+            accounts.record_upload(
+                session,
+                self.account,
+                transaction_id=transaction_id,
+                client_id=client_id,
+                dataset_id=dataset_id,
+                name=name,
+            )
+        return transaction_id
+
+    async def fstat(self, file_obj: object) -> asyncssh.SFTPAttrs:
+        if isinstance(file_obj, _Receipt):
+            return _file_attrs(len(file_obj.body))
+        if isinstance(file_obj, _Upload):
+            return _file_attrs(file_obj.size, writable=True)
+        return _dir_attrs()
+
+    # --- changes ----------------------------------------------------------------------------
+
+    async def rename(self, oldpath: bytes, newpath: bytes) -> None:
+        old, new = split(oldpath), split(newpath)
+        if len(old) != 3 or len(new) != 3 or old[:2] != new[:2]:
+            raise _denied("files are renamed only within their dataset's directory")
+        held = self.hub.held.get(self._held_key(old))
+        if held is None:
+            raise asyncssh.SFTPNoSuchFile(f"no file {old[2]} being uploaded")
+        if is_held(new[2]):
+            self.hub.held[self._held_key(new)] = self.hub.held.pop(self._held_key(old))
+            return
+        if content_type(new[2]) is None:
+            raise _denied(f"{new[2]!r} is not a supported file: use {SUPPORTED}")
+        del self.hub.held[self._held_key(old)]
+        await self._ingest(new[0], new[1], new[2], held)
+
+    posix_rename = rename
+
+    async def remove(self, path: bytes) -> None:
+        parts = split(path)
+        kind, found = await self._kind(parts)
+        if kind == "receipt":
+            match = _RECEIPT.match(parts[3])
+            assert match is not None
+            await self.hub.run(self._remove_receipt, uuid.UUID(match["id"]))
+            return
+        if kind == "held":
+            del self.hub.held[self._held_key(parts)]
+            await self.hub.run(self.hub.store.delete, found.key)
+            return
+        raise _denied("only receipts and files being uploaded can be removed")
+
+    def _remove_receipt(self, transaction_id: uuid.UUID) -> None:
+        with self.hub.db.unit_of_work() as session:
+            accounts.remove_receipt(session, self.account, transaction_id)
+
+    async def mkdir(self, path: bytes, attrs: asyncssh.SFTPAttrs) -> None:
+        raise _denied("directories cannot be made: the tree is your clients and datasets")
+
+    async def rmdir(self, path: bytes) -> None:
+        raise _denied("directories cannot be removed")
+
+    async def symlink(self, oldpath: bytes, newpath: bytes) -> None:
+        raise _denied("links cannot be made")
+
+    async def link(self, oldpath: bytes, newpath: bytes) -> None:
+        raise _denied("links cannot be made")
+
+    async def readlink(self, path: bytes) -> bytes:
+        raise _denied("there are no links")
+
+    async def setstat(self, path: bytes, attrs: asyncssh.SFTPAttrs) -> None:
+        await self._kind(split(path))  # times and permissions: accepted, nothing changes
+
+    async def lsetstat(self, path: bytes, attrs: asyncssh.SFTPAttrs) -> None:
+        await self.setstat(path, attrs)
+
+    async def fsetstat(self, file_obj: object, attrs: asyncssh.SFTPAttrs) -> None:
+        return None
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def host_key(settings: Settings) -> asyncssh.SSHKey:
+    """The host key: the file named by the settings, else an ed25519 key made once (0600)."""
+    if settings.sftp_host_key_file is not None:
+        return asyncssh.read_private_key(str(settings.sftp_host_key_file))
+    path = settings.data_dir / "sftp" / "host_key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = asyncssh.generate_private_key("ssh-ed25519")
+        part = path.with_name(f"host_key.{os.getpid()}.part")
+        part.write_bytes(key.export_private_key())
+        part.chmod(0o600)
+        with contextlib.suppress(FileExistsError):
+            os.link(part, path)  # another process made it first: use theirs
+        part.unlink()
+    return asyncssh.read_private_key(str(path))
+
+
+async def listen(hub: Hub, host: str, port: int) -> asyncssh.SSHAcceptor:
+    return await asyncssh.listen(
+        host,
+        port,
+        server_host_keys=[host_key(hub.settings)],
+        server_factory=lambda: _Login(hub),
+        sftp_factory=lambda chan: Tree(chan, hub),
+        allow_scp=False,
+        agent_forwarding=False,
+        x11_forwarding=False,
+        allow_pty=False,
+        line_editor=False,
+        login_timeout=60,
+        keepalive_interval=30,
+    )
+
+
+def make_hub(settings: Settings) -> Hub:
+    from headwater.files.stores import make_store
+    from headwater.kit.ratelimit import make_rate_limiter
+
+    per_minute = settings.sftp_auth_failures_per_minute
+    return Hub(
+        db=Database(settings),
+        store=make_store(settings),
+        settings=settings,
+        failures=FailureLimit(
+            make_rate_limiter(
+                redis_url=settings.redis_url,
+                rate=per_minute / 60,
+                burst=per_minute,
+                prefix="hw:sf:",
+            )
+        ),
+    )
+
+
+async def serve(settings: Settings, host: str, port: int, *, ready: Path | None = None) -> None:
+    """Run the SFTP server until cancelled."""
+    hub = make_hub(settings)
+    acceptor = await listen(hub, host, port)
+    bound = acceptor.sockets[0].getsockname()[1] if acceptor.sockets else port
+    log.info("sftp listening", host=host, port=bound)
+    if ready is not None:
+        ready.write_text(str(bound))
+    reaper = asyncio.get_running_loop().create_task(hub.reap_forever())
+    try:
+        await acceptor.wait_closed()
+    finally:
+        reaper.cancel()
+        acceptor.close()
+        hub.db.dispose()
