@@ -73,8 +73,13 @@ def bench_database(name: str) -> Iterator[str]:
 
 
 @contextmanager
-def production_server(env: dict[str, str], workers: int) -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as data:
+def production_server(
+    env: dict[str, str], workers: int, *, data_dir: str | None = None
+) -> Iterator[str]:
+    """`headwater serve` as in production; its data directory is `data_dir` if given
+    (another process shares its store), else a temporary one."""
+    with tempfile.TemporaryDirectory() as temporary:
+        data = data_dir or temporary
         # The server's log is kept in the data directory while it runs; on failure, it is
         # printed before the directory goes.
         full = {"HEADWATER_DATA_DIR": data, **env}

@@ -132,7 +132,10 @@ def serve(
     if settings.auto_migrate:  # once here, before the worker processes start
         migrations.upgrade(settings)
     with (
-        _multiprocess_metrics(Path(settings.data_dir)) if workers > 1 else nullcontext(),
+        # several processes (API workers, the SFTP server) share one metrics directory
+        _multiprocess_metrics(Path(settings.data_dir))
+        if workers > 1 or settings.sftp_port
+        else nullcontext(),
         _sftp_beside(settings, host),
     ):
         uvicorn.run(

@@ -72,6 +72,10 @@ def test_openapi_is_complete(client: TestClient) -> None:
         "/admin/v1/clients/{client_id}/datasets",
         "/admin/v1/clients/{client_id}/datasets/{dataset_id}/schema",
         "/admin/v1/clients/{client_id}/datasets/{dataset_id}/versions",
+        "/admin/v1/companies/{company_id}/sftp_accounts",
+        "/admin/v1/sftp_accounts",
+        "/admin/v1/sftp_accounts/{username}",
+        "/admin/v1/sftp_accounts/{username}/public_keys",
     ]:
         assert path in paths, path
     schemes = spec["components"]["securitySchemes"]

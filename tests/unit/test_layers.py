@@ -14,8 +14,9 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "headwater"
-DOMAINS = ("identity", "events", "ingestion", "files", "workflows", "activity")
-ROUTERS = ("router.py", "token_router.py")
+DOMAINS = ("identity", "events", "ingestion", "files", "workflows", "activity", "sftp")
+# the protocol adapters: HTTP routers and the SFTP server
+ROUTERS = ("router.py", "token_router.py", "server.py")
 WIRING = ("headwater.runtime", "headwater.main", "headwater.cli", "headwater.worker")
 HTTP = ("fastapi", "starlette", "headwater.web", "headwater.ops")
 # The tables each domain owns: no other module inserts, updates or deletes their rows.
@@ -23,11 +24,13 @@ OWNED = {
     "ingestion": {"Transaction", "Record", "RecordCount", "Dataset", "DatasetSchema"},
     "events": {"Event"},
     "files": {"FileJob", "FileUpload", "QuarantinedRow"},
+    "sftp": {"SftpAccount", "SftpUpload"},
 }
 SQL_TABLES = {
     "ingestion": ("transactions", "records", "dataset_record_counts", "datasets"),
     "events": ("events",),
     "files": ("file_jobs", "file_uploads", "quarantined_rows"),
+    "sftp": ("sftp_accounts", "sftp_uploads"),
 }
 
 

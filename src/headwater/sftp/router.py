@@ -51,7 +51,11 @@ def create_account(
     )
 
 
-@router.get("/sftp_accounts", response_model=Page[AccountRead])
+@router.get(
+    "/sftp_accounts",
+    response_model=Page[AccountRead],
+    responses={404: {"description": "`company_id` names no company."}},
+)
 def list_accounts(
     session: ReadSessionDep, _: Admin, query: Annotated[AccountQuery, Query()]
 ) -> object:

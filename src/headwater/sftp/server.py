@@ -39,6 +39,7 @@ from headwater.ingestion import datasets
 from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.service import PENDING_STATUSES, transaction_read
 from headwater.kit.ratelimit import FailureLimit
+from headwater.sftp import metrics
 from headwater.sftp import service as accounts
 from headwater.sftp.service import Login
 
@@ -134,9 +135,6 @@ class Hub:
     failures: FailureLimit
     connections: dict[str, set[asyncssh.SSHServerConnection]] = field(default_factory=dict)
     held: dict[tuple[str, str, str, str], Held] = field(default_factory=dict)
-    counters: dict[str, int] = field(
-        default_factory=lambda: {"sessions": 0, "bytes": 0, "files": 0, "refused_logins": 0}
-    )
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(call, *args)
@@ -184,7 +182,10 @@ class _Login(asyncssh.SSHServer):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.login is not None and self.conn is not None:
-            self.hub.connections.get(self.login.username, set()).discard(self.conn)
+            sessions = self.hub.connections.get(self.login.username, set())
+            if self.conn in sessions:
+                sessions.discard(self.conn)
+                metrics.OPEN_SESSIONS.dec()
 
     def begin_auth(self, username: str) -> bool:
         return True
@@ -218,11 +219,12 @@ class _Login(asyncssh.SSHServer):
 
     async def _outcome(self, found: Login | None) -> bool:
         if found is None:
-            self.hub.counters["refused_logins"] += 1
+            metrics.REFUSED_LOGINS.inc()
             await self.hub.failures.failed(self.address)
             return False
         if self.hub.open_sessions(found.username) >= self.hub.settings.sftp_max_sessions:
             log.warning("sftp login refused: session limit", username=found.username)
+            metrics.REFUSED_LOGINS.inc()
             return False
         self.login = found
         return True
@@ -231,7 +233,8 @@ class _Login(asyncssh.SSHServer):
         assert self.conn is not None and self.login is not None
         self.conn.set_extra_info(login=self.login)
         self.hub.connections.setdefault(self.login.username, set()).add(self.conn)
-        self.hub.counters["sessions"] += 1
+        metrics.SESSIONS.inc()
+        metrics.OPEN_SESSIONS.inc()
         log.info("sftp session", username=self.login.username, address=self.address)
 
 
@@ -437,7 +440,7 @@ class Tree(asyncssh.SFTPServer):
         piece = b"".join(upload.pending)
         upload.pending, upload.pending_bytes = [], 0
         await self.hub.run(upload.writer.write, piece)
-        self.hub.counters["bytes"] += len(piece)
+        metrics.BYTES.inc(len(piece))
 
     def _ending(self) -> bool:
         """Whether the session is going away (asyncssh closes files left open then): an
@@ -489,7 +492,7 @@ class Tree(asyncssh.SFTPServer):
                 raise _denied(str(exc)) from None
             log.error("sftp upload not ingested", name=name, error=str(exc).splitlines()[0])
             raise asyncssh.SFTPFailure("the file could not be ingested; send it again") from None
-        self.hub.counters["files"] += 1
+        metrics.FILES.inc()
         log.info(
             "sftp file received",
             username=self.account.username,

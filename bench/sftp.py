@@ -1,0 +1,324 @@
+"""SFTP ingestion end to end (issue 20's benchmark).
+
+PostgreSQL and the embedded store; `headwater serve` (API and file workers) and
+`headwater sftp` as separate processes, as in production:
+
+  (1) SESSIONS concurrent sessions each upload FILES CSV files of ROWS rows
+      → files/s and rows/s from the first byte sent to the last transaction `completed`
+  (2) one large CSV (BIG_MB) → upload bytes/s, rows/s to `completed`
+  (3) the same large file to a bare asyncssh SFTP server that discards what it receives
+      (no OpenSSH server here) → the baseline upload bytes/s, and our ratio to it
+
+and the SFTP process's peak RSS (VmHWM). Targets: upload bytes/s >= 0.5 of the
+baseline; peak RSS <= 300 MB whatever the file size; every transaction `completed` with
+its row count.
+
+    uv run python -m bench.sftp [--sessions 20 --files 50 --rows 10000 --big-mb 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import httpx
+from tests.http_server import _env, free_port
+
+from bench.common import (
+    OPERATOR,
+    SECRET,
+    bench_database,
+    data_tenant,
+    production_server,
+    server_env,
+    token,
+)
+
+SCHEMA = {
+    "$schema": "http://json-schema.org/draft-06/schema#",
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string", "minLength": 1},
+        "email": {"type": "string"},
+        "amount": {"type": "number", "minimum": 0},
+        "quantity": {"type": "integer"},
+        "paid": {"type": "boolean"},
+    },
+    "required": ["order_id", "amount"],
+    "additionalProperties": False,
+}
+HEADER = b"order_id,email,amount,quantity,paid\n"
+
+
+def rows(count: int, start: int = 0) -> bytes:
+    return b"".join(
+        b"O-%d,c%d@example.com,%d.25,%d,true\n" % (i, i, i % 1000, i % 7)
+        for i in range(start, start + count)
+    )
+
+
+def big_file(path: Path, megabytes: int) -> int:
+    """A CSV of about `megabytes` MiB, written in pieces; its row count."""
+    count = 0
+    with path.open("wb") as out:
+        out.write(HEADER)
+        while out.tell() < megabytes * 1024 * 1024:
+            out.write(rows(100_000, count))
+            count += 100_000
+    return count
+
+
+def start_sftp(env: dict[str, str], data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    ready = Path(data_dir) / "sftp-ready"
+    log = Path(data_dir) / "sftp.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "headwater.cli", "sftp", "--port", "0", "--ready-file", ready],
+            env=_env({"HEADWATER_DATA_DIR": data_dir, "HEADWATER_LOG_LEVEL": "WARNING", **env}),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while not (ready.exists() and ready.read_text().strip()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("sftp did not start:\n" + log.read_text())
+        time.sleep(0.05)
+    return process, int(ready.read_text())
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def upload_many(
+    port: int, user: str, key: asyncssh.SSHKey, *, sessions: int, files: int, body: bytes
+) -> None:
+    async def one(session: int) -> None:
+        async with (
+            asyncssh.connect(
+                "127.0.0.1",
+                port,
+                username=user,
+                client_keys=[key],
+                known_hosts=None,
+                agent_path=None,
+            ) as conn,
+            conn.start_sftp_client() as sftp,
+        ):
+            for n in range(files):
+                async with sftp.open(f"/bench-crm/orders/s{session}-{n}.csv", "wb") as remote:
+                    await remote.write(body)
+
+    await asyncio.gather(*(one(s) for s in range(sessions)))
+
+
+async def upload_file(
+    port: int, user: str, key: asyncssh.SSHKey | None, path: Path, target: str
+) -> float:
+    """Seconds to upload `path` (asyncssh's parallel put, as a client would)."""
+    started = time.perf_counter()
+    async with (
+        asyncssh.connect(
+            "127.0.0.1",
+            port,
+            username=user,
+            client_keys=[key] if key else None,
+            password=None if key else "x",
+            known_hosts=None,
+            agent_path=None,
+        ) as conn,
+        conn.start_sftp_client() as sftp,
+    ):
+        await sftp.put(str(path), target)
+    return time.perf_counter() - started
+
+
+class _Discard(asyncssh.SFTPServer):
+    """A baseline: takes any write and keeps nothing."""
+
+    def open(self, path: bytes, pflags: int, attrs: Any) -> object:
+        return object()
+
+    def write(self, file_obj: object, offset: int, data: bytes) -> int:
+        return len(data)
+
+    def close(self, file_obj: object) -> None:
+        return None
+
+    def stat(self, path: bytes) -> Any:
+        raise asyncssh.SFTPNoSuchFile("none")
+
+
+class _AnyLogin(asyncssh.SSHServer):
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def password_auth_supported(self) -> bool:
+        return True
+
+    def validate_password(self, username: str, password: str) -> bool:
+        return True
+
+
+def baseline_server(port: int) -> None:
+    """Run in a process of its own: the discarding server on `port`."""
+
+    async def main() -> None:
+        await asyncssh.listen(
+            "127.0.0.1",
+            port,
+            server_host_keys=[asyncssh.generate_private_key("ssh-ed25519")],
+            server_factory=_AnyLogin,
+            sftp_factory=_Discard,
+        )
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def wait_completed(url: str, headers: dict[str, str], expected: int, timeout: float) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        done: list[Any] = []
+        page = 1
+        while True:
+            answer = httpx.get(
+                url + "/platform/v1/transactions",
+                params={"channel": "sftp", "page": page, "page_size": 100},
+                headers=headers,
+                timeout=60,
+            ).json()
+            done += [t for t in answer["data"] if t["status"] not in ("processing",)]
+            if page >= answer["total_pages"]:
+                break
+            page += 1
+        if len(done) >= expected:
+            return done
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {len(done)} of {expected} transactions final in {timeout} s")
+        time.sleep(1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--files", type=int, default=50)
+    parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--big-mb", type=int, default=1024)
+    parser.add_argument("--file-workers", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+
+    with (
+        bench_database("headwater_bench_sftp") as database_url,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        env = server_env(
+            database_url,
+            HEADWATER_FILE_WORKERS=str(args.file_workers),
+            HEADWATER_FILE_POLL_SECONDS="0.2",
+            HEADWATER_MAX_FILE_BYTES=str(4 * 1024**3),
+        )
+        data_dir = str(Path(tmp) / "data")
+        with production_server(env, workers=1, data_dir=data_dir) as url:
+            headers, company = data_tenant(url, dataset_id="orders", schema=SCHEMA)
+            key = asyncssh.generate_private_key("ssh-ed25519")
+            admin = {"Authorization": f"Bearer {token(url, OPERATOR, SECRET)}"}
+            created = httpx.post(
+                f"{url}/admin/v1/companies/{company}/sftp_accounts",
+                json={"username": "bench", "public_keys": [key.export_public_key().decode()]},
+                headers=admin,
+                timeout=30,
+            )
+            assert created.status_code == 201, created.text
+            # the SFTP process shares the API's data directory, so its store
+            sftp_process, port = start_sftp(env, data_dir)
+            try:
+                body = HEADER + rows(args.rows)
+                total = args.sessions * args.files
+                print(
+                    f"(1) {args.sessions} sessions x {args.files} files x {args.rows:,} rows "
+                    f"({len(body) / 1e6:.1f} MB a file)"
+                )
+                started = time.perf_counter()
+                asyncio.run(
+                    upload_many(
+                        port, "bench", key, sessions=args.sessions, files=args.files, body=body
+                    )
+                )
+                uploaded = time.perf_counter() - started
+                finals = wait_completed(url, headers, total, timeout=3600)
+                elapsed = time.perf_counter() - started
+                bad = [
+                    t
+                    for t in finals
+                    if t["status"] != "completed" or t["records_accepted"] != args.rows
+                ]
+                rate = total * len(body) / uploaded / 1e6
+                print(
+                    f"    uploads {uploaded:.1f} s ({rate:.1f} MB/s); "
+                    f"all completed after {elapsed:.1f} s: {total / elapsed:.1f} files/s, "
+                    f"{total * args.rows / elapsed:,.0f} rows/s; not as expected: {len(bad)}"
+                )
+
+                path = Path(tmp) / "big.csv"
+                big_rows = big_file(path, args.big_mb)
+                size = path.stat().st_size
+                print(f"(2) one CSV of {size / 1e6:.0f} MB, {big_rows:,} rows")
+                started = time.perf_counter()
+                seconds = asyncio.run(
+                    upload_file(port, "bench", key, path, "/bench-crm/orders/big.csv")
+                )
+                finals = wait_completed(url, headers, total + 1, timeout=7200)
+                elapsed = time.perf_counter() - started
+                [big] = [t for t in finals if t["file_name"] == "big.csv"]
+                ours = size / seconds
+                print(
+                    f"    upload {seconds:.1f} s ({ours / 1e6:.1f} MB/s); {big['status']} with "
+                    f"{big['records_accepted']:,} rows after {elapsed:.1f} s "
+                    f"({big_rows / elapsed:,.0f} rows/s end to end)"
+                )
+                rss = peak_rss_mb(sftp_process.pid)
+            finally:
+                sftp_process.terminate()
+                sftp_process.wait()
+
+            baseline_port = free_port()
+            baseline = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    f"from bench.sftp import baseline_server; baseline_server({baseline_port})",
+                ],
+                cwd=Path(__file__).resolve().parent.parent,
+            )
+            try:
+                time.sleep(2)
+                bare = size / asyncio.run(upload_file(baseline_port, "x", None, path, "/big.csv"))
+            finally:
+                baseline.terminate()
+                baseline.wait()
+            verdict = "met" if ours / bare >= 0.5 else "NOT met"
+            print(
+                f"(3) baseline (asyncssh, discarding) {bare / 1e6:.1f} MB/s; "
+                f"ours {ours / 1e6:.1f} MB/s = {ours / bare:.2f} of it (target >= 0.5: {verdict})"
+            )
+            print(
+                f"SFTP process peak RSS {rss:.0f} MB (target <= 300 MB: "
+                f"{'met' if rss <= 300 else 'NOT met'})"
+            )
+
+
+if __name__ == "__main__":
+    main()
