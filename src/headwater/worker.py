@@ -65,6 +65,19 @@ async def poll_uploads(runtime: Runtime) -> None:
         runtime.files_queued.set()
 
 
+INCOMING_STALE_SECONDS = 3600.0
+
+
+async def sweep_incoming(runtime: Runtime) -> None:
+    """Bytes of files a channel was receiving when its process was killed: removed once
+    untouched for an hour (a file being received is written to all the time)."""
+    swept = await anyio.to_thread.run_sync(
+        lambda: runtime.store.sweep_incoming(older_than=INCOMING_STALE_SECONDS)
+    )
+    if swept:
+        log.info("unfinished incoming files removed", count=swept)
+
+
 async def expire_sftp_receipts(runtime: Runtime) -> None:
     """SFTP receipts past HEADWATER_SFTP_RECEIPT_DAYS: forgotten."""
     from headwater.sftp.service import expire_receipts
@@ -86,6 +99,7 @@ JOBS: list[Job] = [
     expire_uploads,
     poll_uploads,
     expire_sftp_receipts,
+    sweep_incoming,
 ]
 
 

@@ -298,3 +298,41 @@ def test_an_asyncssh_client_uploads(sftp_server: SftpServer, account: Account) -
     assert "async.csv.gz" not in listed
     [transaction] = _processed(tenant)
     assert transaction["records_accepted"] == 40 and transaction["content_type"] == "text/csv"
+
+
+def _incoming(tenant: FileTenant) -> list[Path]:
+    runtime = tenant.client.app.state.runtime  # type: ignore[attr-defined]
+    return list((Path(runtime.settings.data_dir) / "store" / "incoming").glob("*.part"))
+
+
+def test_a_server_killed_during_an_upload_leaves_nothing(make_sftp: Any, account: Account) -> None:
+    """No transaction, no object; the bytes it was writing are swept by the worker."""
+    tenant = account.tenant
+    server = make_sftp()
+    before = _store_objects(tenant)
+    _, sftp = paramiko_session(server.port, account.username, key_file=account.key_file)
+    remote = sftp.open(f"/{tenant.client_id}/orders/killed.csv", "wb")
+    remote.write((CSV_HEADER + csv_rows(50_000)).encode())  # > 1 MiB: some reached the store
+    remote.flush()
+    server.process.kill()
+    server.process.wait()
+    assert _processed(tenant) == []
+    assert _store_objects(tenant) == before
+    runtime = tenant.client.app.state.runtime  # type: ignore[attr-defined]
+    assert _incoming(tenant), "the killed upload's part file is there to be swept"
+    assert runtime.store.sweep_incoming(older_than=0) >= 1
+    assert _incoming(tenant) == []
+
+
+def test_a_server_killed_after_the_ok_is_processed_once(make_sftp: Any, account: Account) -> None:
+    tenant = account.tenant
+    server = make_sftp()
+    _, sftp = paramiko_session(server.port, account.username, key_file=account.key_file)
+    with sftp.open(f"/{tenant.client_id}/orders/kept.csv", "wb") as remote:
+        remote.write((CSV_HEADER + csv_rows(9)).encode())
+    server.process.kill()  # right after the close's OK
+    server.process.wait()
+    [transaction] = _processed(tenant)
+    assert transaction["status"] == "completed" and transaction["records_accepted"] == 9
+    assert run_worker(tenant.client) == 0  # nothing left to do: processed once
+    assert len(_sftp_transactions(tenant)) == 1

@@ -10,9 +10,10 @@ import io
 import os
 import re
 import secrets
+import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
 from urllib.parse import urlencode
@@ -68,6 +69,11 @@ class Store(Protocol):
 
     def incoming_file(self, key: str) -> Writer:
         """A writer for a file a channel receives (SFTP, email) at `key`."""
+        ...
+
+    def sweep_incoming(self, *, older_than: float) -> int:
+        """Remove what writers left that were never committed or discarded (a process
+        killed mid-file), untouched for `older_than` seconds; how many."""
         ...
 
 
@@ -138,6 +144,16 @@ class EmbeddedStore:
 
     def incoming_file(self, key: str) -> Incoming:
         return Incoming(self.incoming / f"{key}.{secrets.token_hex(4)}.part", self._path(key))
+
+    def sweep_incoming(self, *, older_than: float) -> int:
+        cutoff = time.time() - older_than
+        swept = 0
+        for part in self.incoming.glob("*.part"):
+            with contextlib.suppress(FileNotFoundError):
+                if part.stat().st_mtime < cutoff:
+                    part.unlink()
+                    swept += 1
+        return swept
 
 
 class Incoming:
@@ -282,6 +298,18 @@ class S3Store:
 
     def incoming_file(self, key: str) -> Writer:
         return S3Incoming(self.client, self.bucket, key)
+
+    def sweep_incoming(self, *, older_than: float) -> int:
+        cutoff = utcnow() - timedelta(seconds=older_than)
+        listed = self.client.list_multipart_uploads(Bucket=self.bucket)
+        swept = 0
+        for upload in listed.get("Uploads", []):
+            if upload["Initiated"] < cutoff:
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                )
+                swept += 1
+        return swept
 
 
 class S3Incoming:
