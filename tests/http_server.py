@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -39,9 +41,11 @@ def wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None
 
 def _env(env: dict[str, str]) -> dict[str, str]:
     """The environment of a server process: this one's without HEADWATER_*, then `env`.
-    SFTP is off unless `env` turns it on (servers in parallel would share its port)."""
+    SFTP and SMTP are off unless `env` turns them on (servers in parallel would share
+    their ports)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
     full["HEADWATER_SFTP_PORT"] = "0"
+    full["HEADWATER_SMTP_PORT"] = "0"
     full.update(env)
     return full
 
@@ -100,3 +104,43 @@ def running_server(env: dict[str, str], *args: str) -> Iterator[str]:
         yield server.start().url
     finally:
         server.stop()
+
+
+@dataclass
+class Listener:
+    """A `headwater sftp` or `headwater smtp` process on a loopback port."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_listener(command: str, env: dict[str, str], tmp: Path) -> Listener:
+    """`headwater COMMAND --port 0`, waiting until it listens (it writes its port to a
+    ready file). `env` is as for ServerProcess."""
+    ready = tmp / f"{command}-ready-{secrets.token_hex(4)}"
+    log = tmp / f"{ready.name}.log"
+    with log.open("ab") as out:
+        argv = [sys.executable, "-m", "headwater.cli", command, "--port", "0"]
+        process = subprocess.Popen(
+            [*argv, "--ready-file", str(ready)],
+            env=_env(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while not (ready.exists() and ready.read_text().strip()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"{command} did not start:\n" + log.read_text())
+        time.sleep(0.05)
+    return Listener(int(ready.read_text()), process, log)

@@ -8,10 +8,10 @@ import os
 import shutil
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -134,9 +134,10 @@ def serve(
     with (
         # several processes (API workers, the SFTP server) share one metrics directory
         _multiprocess_metrics(Path(settings.data_dir))
-        if workers > 1 or settings.sftp_port
+        if workers > 1 or settings.sftp_port or settings.smtp_port
         else nullcontext(),
-        _sftp_beside(settings, host),
+        _beside(settings, host, "sftp", settings.sftp_port, settings.sftp_host),
+        _beside(settings, host, "smtp", settings.smtp_port, settings.smtp_host),
     ):
         uvicorn.run(
             "headwater.main:create_app",
@@ -157,17 +158,19 @@ def serve(
 
 
 @contextmanager
-def _sftp_beside(settings: Settings, host: str) -> Iterator[None]:
-    """`headwater sftp` in a process of its own while the API runs (unless
-    HEADWATER_SFTP_PORT is 0); it stops with the API, or by itself if this process dies."""
-    if settings.sftp_port == 0:
+def _beside(
+    settings: Settings, host: str, server: str, port: int, own_host: str | None
+) -> Iterator[None]:
+    """`headwater sftp` or `headwater smtp` in a process of its own while the API runs
+    (unless its port is 0); it stops with the API, or by itself if this process dies."""
+    if port == 0:
         yield
         return
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "headwater.cli", "sftp", "--parent", str(os.getpid())]
-    command += ["--host", settings.sftp_host or host, "--port", str(settings.sftp_port)]
+    command = [sys.executable, "-m", "headwater.cli", server, "--parent", str(os.getpid())]
+    command += ["--host", own_host or host, "--port", str(port)]
     child = subprocess.Popen(command)  # noqa: S603 (this interpreter, our own arguments)
     try:
         yield
@@ -230,7 +233,9 @@ def demo(
     sftp_key = demo_data.sftp_key(data_dir)
     with _database().unit_of_work() as session:
         data = demo_data.seed(session, sftp_public_key=sftp_key.public)
-    data = data.with_sftp(port=settings.sftp_port, key_file=sftp_key.path)
+    data = data.with_sftp(port=settings.sftp_port, key_file=sftp_key.path).with_smtp(
+        port=settings.smtp_port, domain=settings.inbound_email_domain
+    )
     env_file = data_dir / "demo.env"
     env_file.touch(mode=0o600)
     env_file.chmod(0o600)  # it holds the demo's secrets
@@ -247,39 +252,33 @@ def demo(
     serve(host=host, port=port, workers=1)
 
 
-@app.command("sftp")
-def run_sftp(
-    host: Annotated[
-        str | None, typer.Option(metavar="HOST", help="Interface (default HEADWATER_SFTP_HOST).")
-    ] = None,
-    port: Annotated[
-        int | None, typer.Option(metavar="PORT", help="TCP port (default HEADWATER_SFTP_PORT).")
-    ] = None,
-    ready_file: Annotated[
-        Path | None, typer.Option(hidden=True, help="Write the bound port here once listening.")
-    ] = None,
-    parent: Annotated[int | None, typer.Option(hidden=True)] = None,
+ReadyFile = Annotated[
+    Path | None, typer.Option(hidden=True, help="Write the bound port here once listening.")
+]
+ParentPid = Annotated[int | None, typer.Option(hidden=True)]
+
+
+def _run_protocol_server(
+    serve_forever: Callable[..., Coroutine[Any, Any, None]],
+    host: str,
+    port: int,
+    *,
+    ready_file: Path | None,
+    parent: int | None,
 ) -> None:
-    """Run the SFTP server alone (`headwater serve` runs it too)."""
+    """Run `serve_forever(settings, host, port, ready=...)` until SIGTERM or SIGINT, or
+    until the process that started it (`parent`) is gone."""
     import asyncio
 
     from headwater.ops.logs import configure_logging
-    from headwater.sftp import server
 
     settings = get_settings()
     configure_logging(level=settings.log_level, json=settings.log_json)
-    _database()  # migrated before the first login
+    _database()  # migrated before the first client
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        task = loop.create_task(
-            server.serve(
-                settings,
-                host or settings.sftp_host or "127.0.0.1",
-                settings.sftp_port if port is None else port,
-                ready=ready_file,
-            )
-        )
+        task = loop.create_task(serve_forever(settings, host, port, ready=ready_file))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, task.cancel)
         while parent is not None and not task.done():
@@ -290,6 +289,54 @@ def run_sftp(
             await task
 
     asyncio.run(run())
+
+
+@app.command("sftp")
+def run_sftp(
+    host: Annotated[
+        str | None, typer.Option(metavar="HOST", help="Interface (default HEADWATER_SFTP_HOST).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="TCP port (default HEADWATER_SFTP_PORT).")
+    ] = None,
+    ready_file: ReadyFile = None,
+    parent: ParentPid = None,
+) -> None:
+    """Run the SFTP server alone (`headwater serve` runs it too)."""
+    from headwater.sftp import server
+
+    settings = get_settings()
+    _run_protocol_server(
+        server.serve,
+        host or settings.sftp_host or "127.0.0.1",
+        settings.sftp_port if port is None else port,
+        ready_file=ready_file,
+        parent=parent,
+    )
+
+
+@app.command("smtp")
+def run_smtp(
+    host: Annotated[
+        str | None, typer.Option(metavar="HOST", help="Interface (default HEADWATER_SMTP_HOST).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(metavar="PORT", help="TCP port (default HEADWATER_SMTP_PORT).")
+    ] = None,
+    ready_file: ReadyFile = None,
+    parent: ParentPid = None,
+) -> None:
+    """Run the SMTP server alone (`headwater serve` runs it too)."""
+    from headwater.inbox import server
+
+    settings = get_settings()
+    _run_protocol_server(
+        server.serve,
+        host or settings.smtp_host or "127.0.0.1",
+        settings.smtp_port if port is None else port,
+        ready_file=ready_file,
+        parent=parent,
+    )
 
 
 @app.command("worker")

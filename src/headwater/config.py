@@ -81,6 +81,17 @@ class Settings(BaseSettings):
     sftp_max_sessions: int = Field(10, ge=1, le=1000)
     sftp_auth_failures_per_minute: int = Field(10, ge=1)
 
+    # email (contract section 12): 0 turns the SMTP server off
+    smtp_host: str | None = None  # default: serve's host
+    smtp_port: int = Field(2525, ge=0, le=65535)
+    inbound_email_domain: str = "ingest.localhost"
+    smtp_tls_cert_file: Path | None = None
+    smtp_tls_key_file: Path | None = None
+    max_email_bytes: int = Field(26214400, gt=0)
+    smtp_relay_url: str | None = None  # smtp://[user:password@]host:port; unset: no replies
+    email_from: str | None = None  # default no-reply@<inbound domain>
+    email_replies_per_sender_per_hour: int = Field(60, ge=1)
+
     auto_migrate: bool = True
     worker_enabled: bool = True
     worker_interval_seconds: float = Field(30.0, gt=0)

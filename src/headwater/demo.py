@@ -19,6 +19,7 @@ from headwater.identity import service as identity
 from headwater.identity.models import Company, IngestionClient
 from headwater.identity.secrets import new_secret
 from headwater.identity.tokens import COMPANY_SCOPES
+from headwater.inbox import service as inboxes
 from headwater.ingestion import datasets
 from headwater.ingestion.models import Dataset
 from headwater.ingestion.schemas import DatasetOptions
@@ -33,6 +34,7 @@ DEMO_CREDENTIAL = "demo-client"
 DEMO_OPERATOR = "demo-operator"
 DEMO_DATASET = "orders"
 DEMO_SFTP_USER = "demo"
+DEMO_SENDER = "@example.com"
 DEMO_SCHEMA: dict[str, Any] = {
     "$schema": "http://json-schema.org/draft-06/schema#",
     "type": "object",
@@ -59,9 +61,16 @@ class DemoData:
     operator_secret: str
     sftp_port: int = 0
     sftp_key: Path | None = None
+    inbox_address: str = ""
+    smtp_port: int = 0
 
     def with_sftp(self, *, port: int, key_file: Path) -> DemoData:
         return replace(self, sftp_port=port, sftp_key=key_file)
+
+    def with_smtp(self, *, port: int, domain: str) -> DemoData:
+        return replace(self, smtp_port=port, inbox_address=f"{self.inbox_local_part}@{domain}")
+
+    inbox_local_part: str = ""
 
 
 DEMO_WORKFLOWS = Path(__file__).with_name("demo_workflows.yaml")
@@ -131,6 +140,9 @@ def seed(session: Session, *, sftp_public_key: str | None = None) -> DemoData:
             options=DatasetOptions(coerce_types=True),
             max_schema_bytes=len(orjson.dumps(DEMO_SCHEMA)),
         )
+    inbox = inboxes.ensure_inbox(
+        session, client_id=DEMO_CLIENT, dataset_id=DEMO_DATASET, allowed_senders=[DEMO_SENDER]
+    )
     if sftp_public_key is not None:
         sftp.ensure_account(
             session, company_id=company.id, username=DEMO_SFTP_USER, public_key=sftp_public_key
@@ -142,6 +154,7 @@ def seed(session: Session, *, sftp_public_key: str | None = None) -> DemoData:
         client_secret=secret,
         operator_id=DEMO_OPERATOR,
         operator_secret=operator_secret,
+        inbox_local_part=inbox.local_part,
     )
 
 
@@ -158,6 +171,7 @@ export OPERATOR_ID={data.operator_id} OPERATOR_SECRET={data.operator_secret}
 export HEADWATER_URL=$BASE HEADWATER_CLIENT_ID=$CLIENT_ID HEADWATER_CLIENT_SECRET=$CLIENT_SECRET
 export HEADWATER_DATA_DIR={data_dir}
 export SFTP_PORT={data.sftp_port} SFTP_USER={DEMO_SFTP_USER} SFTP_KEY={data.sftp_key}
+export SMTP_PORT={data.smtp_port} INBOX={data.inbox_address}
 export TOKEN=$(curl -s $BASE/oauth/token -H 'Content-Type: application/json' \\
   -d '{{"client_id": "'$CLIENT_ID'", "client_secret": "'$CLIENT_SECRET'", "audience": "{audience}"}}' | {extract})
 export OPERATOR=$(curl -s $BASE/oauth/token -u "$OPERATOR_ID:$OPERATOR_SECRET" \\
@@ -197,7 +211,17 @@ Or with the Python client's command line (clients/python/README.md), files kept 
   {client_cli} records export -c {data.ingestion_client} -d {DEMO_DATASET}
 
 {_sftp_lines(data)}
+{_smtp_lines(data)}
 Interactive API docs: {base_url}/docs    OpenAPI: {base_url}/openapi.json
+"""
+
+
+def _smtp_lines(data: DemoData) -> str:
+    if not data.smtp_port:
+        return "(Email is off: HEADWATER_SMTP_PORT=0.)\n"
+    return f"""Email: send a CSV attachment from any address @example.com to {data.inbox_address}:
+
+  python3 -c "import smtplib, email.message as m; e = m.EmailMessage(); e['From'] = 'ann@example.com'; e['To'] = '{data.inbox_address}'; e['Subject'] = 'Orders'; e.set_content('see attached'); e.add_attachment(b'order_id,amount\\nE-1,3\\n', maintype='text', subtype='csv', filename='orders.csv'); smtplib.SMTP('127.0.0.1', {data.smtp_port}).send_message(e)"
 """
 
 

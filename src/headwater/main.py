@@ -23,6 +23,7 @@ from headwater.files.stores import UPLOAD_PATH
 from headwater.identity import router as identity_router
 from headwater.identity import token_router
 from headwater.identity.errors import OAuthError
+from headwater.inbox import router as inbox_router
 from headwater.ingestion import router as ingestion_router
 from headwater.ops import router as ops_router
 from headwater.ops.logs import configure_logging
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(identity_router.router)
     app.include_router(ingestion_router.admin)
     app.include_router(sftp_router.router)
+    app.include_router(inbox_router.router)
     app.include_router(files_router.uploads)
     app.include_router(files_router.hooks)
     app.include_router(workflows_router.router)

@@ -8,6 +8,7 @@ def load_all() -> None:
     import headwater.events.models
     import headwater.files.models
     import headwater.identity.models
+    import headwater.inbox.models
     import headwater.ingestion.models
     import headwater.sftp.models
     import headwater.workflows.models  # noqa: F401

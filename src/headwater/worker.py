@@ -93,6 +93,17 @@ async def expire_sftp_receipts(runtime: Runtime) -> None:
         log.info("sftp receipts expired", count=expired)
 
 
+async def send_email_replies(runtime: Runtime) -> None:
+    """Replies to messages whose transactions are all final (a relay must be set)."""
+    if not runtime.settings.smtp_relay_url:
+        return
+    from headwater.inbox.replies import send_due
+
+    sent = await anyio.to_thread.run_sync(send_due, runtime.db, runtime.settings)
+    if sent:
+        log.info("email replies sent", count=sent)
+
+
 JOBS: list[Job] = [
     refresh_verification_keys,
     forget_idempotency_keys,
@@ -100,6 +111,7 @@ JOBS: list[Job] = [
     poll_uploads,
     expire_sftp_receipts,
     sweep_incoming,
+    send_email_replies,
 ]
 
 

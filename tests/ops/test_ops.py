@@ -76,6 +76,9 @@ def test_openapi_is_complete(client: TestClient) -> None:
         "/admin/v1/sftp_accounts",
         "/admin/v1/sftp_accounts/{username}",
         "/admin/v1/sftp_accounts/{username}/public_keys",
+        "/admin/v1/clients/{client_id}/datasets/{dataset_id}/inboxes",
+        "/admin/v1/inboxes",
+        "/admin/v1/inboxes/{inbox_id}",
     ]:
         assert path in paths, path
     schemes = spec["components"]["securitySchemes"]

@@ -43,6 +43,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
     } | {
         "HEADWATER_WORKER_INTERVAL_SECONDS": "3600",
         "HEADWATER_SFTP_PORT": str(free_port()),
+        "HEADWATER_SMTP_PORT": str(free_port()),
         "COLUMNS": "200",
     }
     log = work / "demo.log"

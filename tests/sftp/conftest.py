@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,26 +17,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.files.conftest import FileTenant
-from tests.http_server import _env
+from tests.http_server import Listener, start_listener
+
+SftpServer = Listener
 
 
-@dataclass
-class SftpServer:
-    port: int
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def _env_of(base_settings: dict[str, Any], **extra: Any) -> dict[str, str]:
+def settings_env(base_settings: dict[str, Any], **extra: Any) -> dict[str, str]:
+    """The tests' settings (and `extra` ones) as a server process's environment."""
     env = {
         "HEADWATER_DATA_DIR": str(base_settings["data_dir"]),
         "HEADWATER_LOG_LEVEL": "INFO",
@@ -47,36 +32,11 @@ def _env_of(base_settings: dict[str, Any], **extra: Any) -> dict[str, str]:
     if base_settings.get("database_url"):
         env["HEADWATER_DATABASE_URL"] = str(base_settings["database_url"])
     env.update({f"HEADWATER_{k.upper()}": str(v) for k, v in extra.items()})
-    return _env(env)
+    return env
 
 
-def start_sftp(base_settings: dict[str, Any], tmp: Path, **extra: Any) -> SftpServer:
-    """`headwater sftp --port 0`; waits until it listens (its port is in the ready file)."""
-    ready = tmp / f"sftp-ready-{uuid.uuid4().hex[:8]}"
-    log = tmp / f"sftp-{ready.name[-8:]}.log"
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "headwater.cli",
-                "sftp",
-                "--port",
-                "0",
-                "--ready-file",
-                str(ready),
-            ],
-            env=_env_of(base_settings, **extra),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    while not (ready.exists() and ready.read_text().strip()):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("sftp server did not start:\n" + log.read_text())
-        time.sleep(0.05)
-    return SftpServer(int(ready.read_text()), process, log)
+def start_sftp(base_settings: dict[str, Any], tmp: Path, **extra: Any) -> Listener:
+    return start_listener("sftp", settings_env(base_settings, **extra), tmp)
 
 
 @pytest.fixture(scope="module")

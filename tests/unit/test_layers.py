@@ -14,7 +14,16 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "headwater"
-DOMAINS = ("identity", "events", "ingestion", "files", "workflows", "activity", "sftp")
+DOMAINS = (
+    "identity",
+    "events",
+    "ingestion",
+    "files",
+    "workflows",
+    "activity",
+    "sftp",
+    "inbox",
+)
 # the protocol adapters: HTTP routers and the SFTP server
 ROUTERS = ("router.py", "token_router.py", "server.py")
 WIRING = ("headwater.runtime", "headwater.main", "headwater.cli", "headwater.worker")
@@ -25,12 +34,14 @@ OWNED = {
     "events": {"Event"},
     "files": {"FileJob", "FileUpload", "QuarantinedRow"},
     "sftp": {"SftpAccount", "SftpUpload"},
+    "inbox": {"Inbox", "InboxMessage"},
 }
 SQL_TABLES = {
     "ingestion": ("transactions", "records", "dataset_record_counts", "datasets"),
     "events": ("events",),
     "files": ("file_jobs", "file_uploads", "quarantined_rows"),
     "sftp": ("sftp_accounts", "sftp_uploads"),
+    "inbox": ("inboxes", "inbox_messages"),
 }
 
 

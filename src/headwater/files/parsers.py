@@ -25,6 +25,24 @@ import orjson
 from headwater.kit import strictjson
 
 CONTENT_TYPES = ("text/csv", "application/json", "application/x-ndjson")
+# a file name's format, for channels that have names but no content type (SFTP, email)
+EXTENSIONS = {
+    ".csv": "text/csv",
+    ".json": "application/json",
+    ".ndjson": "application/x-ndjson",
+    ".jsonl": "application/x-ndjson",
+}
+SUPPORTED_NAMES = ".csv, .json, .ndjson or .jsonl, each optionally followed by .gz"
+
+
+def content_type_of(name: str) -> str | None:
+    """The format a file name says (`orders.csv.gz` → text/csv); None if it says none.
+    gzip itself is recognised by the file's first bytes."""
+    base = name[:-3] if name.lower().endswith(".gz") else name
+    dot = base.rfind(".")
+    return EXTENSIONS.get(base[dot:].lower()) if dot > 0 else None
+
+
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # one CSV field, NDJSON line or JSON record
 CHUNK = 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"

@@ -85,6 +85,14 @@ def create_client(
     return client
 
 
+def get_client_by_id(session: Session, client_id: str) -> IngestionClient:
+    """An ingestion client whatever its company (operators); 404 if there is none."""
+    client = session.get(IngestionClient, client_id)
+    if client is None:
+        raise ClientNotFound(f"No ingestion client {client_id!r}.")
+    return client
+
+
 def get_client(session: Session, *, company_id: uuid.UUID, client_id: str) -> IngestionClient:
     client = session.get(IngestionClient, client_id)
     if client is None or client.company_id != company_id:

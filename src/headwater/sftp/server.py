@@ -32,6 +32,7 @@ from asyncssh.constants import ACE4_APPEND_DATA, ACE4_WRITE_DATA, FXF_APPEND, FX
 
 from headwater.config import Settings
 from headwater.db import Database
+from headwater.files import parsers
 from headwater.files import service as files
 from headwater.files.stores import Store, Writer
 from headwater.identity.tokens import Principal
@@ -46,24 +47,11 @@ from headwater.sftp.service import Login
 log = structlog.get_logger("headwater.sftp")
 T = TypeVar("T")
 
-FORMATS = {
-    ".csv": "text/csv",
-    ".json": "application/json",
-    ".ndjson": "application/x-ndjson",
-    ".jsonl": "application/x-ndjson",
-}
 HELD_SUFFIXES = (".part", ".tmp", ".filepart")
-SUPPORTED = ".csv, .json, .ndjson or .jsonl, each optionally followed by .gz"
 RECEIPTS = "receipts"
 WRITE_PIECE = 1024 * 1024  # bytes held before they are handed to the store
 REAP_SECONDS = 2.0  # how often sessions of deleted accounts are looked for
 _RECEIPT = re.compile(r"^(?P<name>.+)\.(?P<id>[0-9a-f-]{36})\.json$")
-
-
-def content_type(name: str) -> str | None:
-    """The format a name says (`orders.csv.gz` → text/csv); None if it says none."""
-    base = name[:-3] if name.lower().endswith(".gz") else name
-    return FORMATS.get(os.path.splitext(base)[1].lower())
 
 
 def is_held(name: str) -> bool:
@@ -399,8 +387,8 @@ class Tree(asyncssh.SFTPServer):
                 "nothing else can be written"
             )
         client_id, dataset_id, name = parts
-        if not is_held(name) and content_type(name) is None:
-            raise _denied(f"{name!r} is not a supported file: use {SUPPORTED}")
+        if not is_held(name) and parsers.content_type_of(name) is None:
+            raise _denied(f"{name!r} is not a supported file: use {parsers.SUPPORTED_NAMES}")
         if len(name.encode()) > 255:
             raise _denied("the name is longer than 255 bytes")
         try:
@@ -480,7 +468,7 @@ class Tree(asyncssh.SFTPServer):
 
     async def _ingest(self, client_id: str, dataset_id: str, name: str, stored: Held) -> None:
         """The stored file becomes a transaction and a queued job (one unit of work)."""
-        kind = content_type(name)
+        kind = parsers.content_type_of(name)
         assert kind is not None
         try:
             transaction_id = await self.hub.run(
@@ -549,8 +537,8 @@ class Tree(asyncssh.SFTPServer):
         if is_held(new[2]):
             self.hub.held[self._held_key(new)] = self.hub.held.pop(self._held_key(old))
             return
-        if content_type(new[2]) is None:
-            raise _denied(f"{new[2]!r} is not a supported file: use {SUPPORTED}")
+        if parsers.content_type_of(new[2]) is None:
+            raise _denied(f"{new[2]!r} is not a supported file: use {parsers.SUPPORTED_NAMES}")
         del self.hub.held[self._held_key(old)]
         await self._ingest(new[0], new[1], new[2], held)
 

@@ -1,0 +1,128 @@
+"""One reply per message, once all its transactions are final (contract section 12):
+sent by the worker from the durable queue (`inbox_messages`) through the relay, threaded
+under the original message, at most N per sender per hour."""
+
+from __future__ import annotations
+
+import smtplib
+import uuid
+from datetime import timedelta
+from email.message import EmailMessage
+from email.utils import make_msgid
+
+import structlog
+
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.identity.tokens import Principal
+from headwater.inbox import metrics
+from headwater.inbox import service as inboxes
+from headwater.inbox.models import InboxMessage
+from headwater.ingestion.errors import TransactionNotFound
+from headwater.ingestion.schemas import TransactionRead
+from headwater.ingestion.service import PENDING_STATUSES, transaction_read
+from headwater.kit.clock import utcnow
+
+log = structlog.get_logger("headwater.email")
+
+NOT_FINAL_RETRY = timedelta(seconds=5)
+MAX_ERRORS = 10
+
+
+def _outcome(views: list[TransactionRead]) -> str:
+    statuses = {view.status for view in views}
+    if statuses == {"completed"}:
+        return "completed"
+    if "completed" in statuses:
+        return "partly completed"
+    return "rejected" if statuses <= {"rejected"} else "failed"
+
+
+def compose(
+    message: InboxMessage, views: list[TransactionRead], *, sender_from: str
+) -> EmailMessage:
+    """The reply: subject `[Headwater] <outcome>: <subject>`, threaded, a text body with
+    each attachment's outcome, counts and first errors with their lines."""
+    reply = EmailMessage()
+    reply["From"] = sender_from
+    reply["To"] = message.sender
+    original = message.subject or "(no subject)"
+    reply["Subject"] = f"[Headwater] {_outcome(views)}: {original}"[:900]
+    reply["In-Reply-To"] = message.message_id
+    reply["References"] = message.message_id
+    reply["Message-ID"] = make_msgid(domain=sender_from.rpartition("@")[2] or None)
+    reply["Auto-Submitted"] = "auto-replied"
+    lines = [f"Your message {message.message_id} was received. Its attachments:", ""]
+    for view in views:
+        lines.append(f"- {view.file_name}: {view.status} (transaction {view.transaction_id})")
+        lines.append(
+            f"  {view.records_received} records: {view.records_accepted} accepted, "
+            f"{view.records_rejected} rejected, {view.error_count} errors"
+        )
+        for error in view.errors[:MAX_ERRORS]:
+            where = f"line {error.line}" if error.line is not None else f"record {error.record}"
+            lines.append(f"  {where}, {error.path or '/'}: {error.message}")
+        if view.error_count > MAX_ERRORS:
+            lines.append(f"  ... and {view.error_count - MAX_ERRORS} more errors")
+    for name in message.ignored:
+        lines.append(f"- {name}: ignored (not CSV, JSON or NDJSON)")
+    reply.set_content("\n".join(lines) + "\n")
+    return reply
+
+
+def _send(settings: Settings, reply: EmailMessage) -> None:
+    relay = inboxes.relay_settings(settings)
+    assert relay is not None
+    with smtplib.SMTP(relay["host"], relay["port"], timeout=30) as smtp:
+        if relay["user"]:
+            smtp.login(relay["user"], relay["password"] or "")
+        smtp.send_message(reply)
+
+
+def send_due(db: Database, settings: Settings) -> int:
+    """Send the replies that are due and whose transactions are all final; how many."""
+    sender_from = settings.email_from or f"no-reply@{settings.inbound_email_domain}"
+    sent = 0
+    with db.unit_of_work() as session:
+        for message in inboxes.due_replies(session):
+            # its company's reader: the inbox may be gone, its transactions are not
+            caller = Principal(
+                subject=f"inbox:{message.inbox_id}",
+                author_id=message.inbox_id,
+                company_id=message.company_id,
+                client_ids=(),
+                scopes=frozenset({"data:read"}),
+            )
+            try:
+                views = [
+                    transaction_read(session, caller, uuid.UUID(t)) for t in message.transaction_ids
+                ]
+            except TransactionNotFound:
+                message.reply_state = "failed"
+                message.last_error = "a transaction is gone"
+                continue
+            if any(view.status in PENDING_STATUSES for view in views):
+                message.next_attempt_at = utcnow() + NOT_FINAL_RETRY
+                continue
+            hour_ago = utcnow() - timedelta(hours=1)
+            if (
+                inboxes.replies_sent_since(session, message.sender, hour_ago)
+                >= settings.email_replies_per_sender_per_hour
+            ):
+                message.reply_state = "limited"
+                metrics.REPLIES.labels("limited").inc()
+                log.warning("email reply not sent: sender's hourly limit")
+                continue
+            try:
+                _send(settings, compose(message, views, sender_from=sender_from))
+            except (OSError, smtplib.SMTPException) as exc:
+                inboxes.retry_later(message, f"{type(exc).__name__}: {exc}")
+                metrics.REPLIES.labels("retried").inc()
+                log.warning("email reply not sent yet", error=type(exc).__name__)
+                continue
+            message.reply_state = "sent"
+            message.replied_at = utcnow()
+            metrics.REPLIES.labels("sent").inc()
+            sent += 1
+            session.flush()
+    return sent

@@ -1,0 +1,259 @@
+"""The SMTP server (aiosmtpd): envelopes checked against inboxes at RCPT, supported
+attachments stored and turned into file transactions before the 250 (contract 12).
+
+A channel, not a pipeline: each attachment's bytes go to the file store, and
+`files.service.accept_stored` opens its transaction (`channel: "email"`) and queues its
+job, all of one message in one unit of work with the message's record (its reply's
+queue entry). The worker processes the files exactly as uploads, and sends the reply.
+Message bodies are never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ssl
+import uuid
+from dataclasses import dataclass
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import structlog
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.files import parsers
+from headwater.files import service as files
+from headwater.files.stores import Store, make_store
+from headwater.inbox import metrics
+from headwater.inbox import service as inboxes
+from headwater.inbox.service import Recipient
+
+log = structlog.get_logger("headwater.email")
+
+NO_INBOX = "550 5.1.1 No such inbox, or it does not take mail from this sender"
+NOTHING_USABLE = (
+    "554 5.6.1 No attachment of a supported type: send CSV (text/csv), JSON "
+    "(application/json) or NDJSON (application/x-ndjson), by content type or by file name "
+    f"({parsers.SUPPORTED_NAMES})"
+)
+TRY_LATER = "451 4.3.0 The message could not be stored; try again later"
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    name: str
+    content_type: str
+    data: bytes
+
+
+def attachments(message: EmailMessage) -> tuple[list[Attachment], list[str]]:
+    """The supported attachments (by content type or file name), and the names of the
+    others. The message's own text is not data."""
+    found: list[Attachment] = []
+    ignored: list[str] = []
+    for part in message.walk():
+        if part.is_multipart():
+            continue
+        name = part.get_filename()
+        disposition = part.get_content_disposition()
+        if name is None and disposition != "attachment":
+            continue  # the body
+        given = part.get_content_type()
+        kind = given if given in parsers.CONTENT_TYPES else None
+        kind = kind or (parsers.content_type_of(name) if name else None)
+        label = name or f"(unnamed {given})"
+        if kind is None:
+            ignored.append(label)
+            continue
+        payload = part.get_payload(decode=True)
+        found.append(Attachment(label, kind, payload if isinstance(payload, bytes) else b""))
+    return found, ignored
+
+
+class Handler:
+    """aiosmtpd's hooks: RCPT checks the inbox and sender, DATA takes the message."""
+
+    def __init__(self, db: Database, store: Store, settings: Settings) -> None:
+        self.db = db
+        self.store = store
+        self.settings = settings
+        self.replies = inboxes.relay_settings(settings) is not None
+
+    async def run(self, call: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(call, *args)
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
+        sender = envelope.mail_from or ""
+        to = await self.run(self._recipient, address, sender)
+        if to is None:
+            metrics.REFUSED.labels("recipient").inc()
+            log.info("email refused at RCPT", sender=sender)
+            return NO_INBOX
+        envelope.rcpt_tos.append(address)
+        recipients: list[Recipient] = getattr(envelope, "headwater_recipients", [])
+        if to not in recipients:
+            recipients.append(to)
+        envelope.headwater_recipients = recipients  # type: ignore[attr-defined]
+        return "250 2.1.5 OK"
+
+    def _recipient(self, address: str, sender: str) -> Recipient | None:
+        with self.db.read_session() as session:
+            return inboxes.recipient(
+                session, address, domain=self.settings.inbound_email_domain, sender=sender
+            )
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        content = envelope.original_content or envelope.content or b""
+        raw = content if isinstance(content, bytes) else content.encode()
+        message = BytesParser(policy=policy.default).parsebytes(raw)
+        assert isinstance(message, EmailMessage)
+        found, ignored = attachments(message)
+        if not found:
+            metrics.REFUSED.labels("no_attachment").inc()
+            log.info("email refused: no usable attachment", ignored=len(ignored))
+            return NOTHING_USABLE
+        message_id = str(message.get("Message-ID") or "").strip() or (
+            "<sha256-" + hashlib.sha256(raw).hexdigest() + "@headwater>"
+        )
+        sender = (envelope.mail_from or "").lower()
+        subject = str(message.get("Subject") or "")
+        taken = 0
+        for to in getattr(envelope, "headwater_recipients", []):
+            try:
+                taken += await self._take(to, message_id, sender, subject, found, ignored)
+            except Exception as exc:
+                log.error("email not stored", error=str(exc).splitlines()[0])
+                return TRY_LATER
+        metrics.MESSAGES.inc()
+        return f"250 2.0.0 Accepted: {taken} attachment(s) became transactions"
+
+    async def _take(
+        self,
+        to: Recipient,
+        message_id: str,
+        sender: str,
+        subject: str,
+        found: list[Attachment],
+        ignored: list[str],
+    ) -> int:
+        """Store the attachments, then their transactions and the message in one unit of
+        work; a Message-ID seen in 24 h stores nothing. How many transactions."""
+        if await self.run(self._seen, to, message_id):
+            log.info("email repeated: stored once", inbox_id=str(to.inbox_id))
+            return 0
+        stored: list[tuple[Attachment, uuid.UUID, str, Any]] = []
+        try:
+            for attachment in found:
+                file_id = uuid.uuid4()
+                key = self.store.object_key(company_id=to.company_id, file_id=file_id)
+                writer = await self.run(self.store.incoming_file, key)
+                try:
+                    await self.run(writer.write, attachment.data)
+                    await self.run(writer.commit)
+                except BaseException:
+                    await self.run(writer.discard)
+                    raise
+                stored.append((attachment, file_id, key, writer))
+            ids = await self.run(self._accept, to, message_id, sender, subject, stored, ignored)
+        except BaseException:
+            for _, _, key, _ in stored:
+                await self.run(self.store.delete, key)
+            raise
+        metrics.ATTACHMENTS.inc(len(ids))
+        log.info(
+            "email received",
+            inbox_id=str(to.inbox_id),
+            transaction_ids=[str(i) for i in ids],
+            ignored=len(ignored),
+        )
+        return len(ids)
+
+    def _seen(self, to: Recipient, message_id: str) -> bool:
+        with self.db.read_session() as session:
+            return inboxes.seen(session, to.inbox_id, message_id)
+
+    def _accept(
+        self,
+        to: Recipient,
+        message_id: str,
+        sender: str,
+        subject: str,
+        stored: list[tuple[Attachment, uuid.UUID, str, Any]],
+        ignored: list[str],
+    ) -> list[uuid.UUID]:
+        caller = to.principal()
+        with self.db.unit_of_work() as session:
+            ids = [
+                files.accept_stored(
+                    session,
+                    caller,
+                    channel="email",
+                    client_id=to.client_id,
+                    dataset_id=to.dataset_id,
+                    file_name=attachment.name[:255],
+                    content_type=attachment.content_type,
+                    store=self.store,
+                    key=key,
+                    file_id=file_id,
+                    size=writer.size,
+                    etag=writer.etag,
+                )
+                for attachment, file_id, key, writer in stored
+            ]
+            inboxes.record_message(
+                session,
+                to,
+                message_id=message_id,
+                sender=sender,
+                subject=subject,
+                transaction_ids=ids,
+                ignored=ignored,
+                replies=self.replies,
+            )
+        return ids
+
+
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    if not (settings.smtp_tls_cert_file and settings.smtp_tls_key_file):
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(settings.smtp_tls_cert_file), str(settings.smtp_tls_key_file))
+    return context
+
+
+async def serve(settings: Settings, host: str, port: int, *, ready: Path | None = None) -> None:
+    """Run the SMTP server until cancelled."""
+    db = Database(settings)
+    handler = Handler(db, make_store(settings), settings)
+    context = tls_context(settings)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: SMTP(
+            handler,
+            data_size_limit=settings.max_email_bytes,
+            hostname=settings.inbound_email_domain,
+            ident="Headwater",
+            tls_context=context,
+            enable_SMTPUTF8=True,
+            timeout=120,
+        ),
+        host=host,
+        port=port,
+    )
+    bound = server.sockets[0].getsockname()[1]
+    log.info("smtp listening", host=host, port=bound, starttls=context is not None)
+    if ready is not None:
+        ready.write_text(str(bound))
+    try:
+        await server.serve_forever()
+    finally:
+        server.close()
+        db.dispose()

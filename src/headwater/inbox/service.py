@@ -1,0 +1,249 @@
+"""Inboxes (operator use cases), the check of an SMTP envelope against them, taking a
+message in, and the replies' queue (contract section 12)."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from headwater.config import Settings
+from headwater.identity import service as identity
+from headwater.identity.tokens import Principal
+from headwater.inbox.errors import InboxNotFound
+from headwater.inbox.models import Inbox, InboxMessage
+from headwater.inbox.schemas import InboxQuery, InboxRead
+from headwater.ingestion import datasets
+from headwater.kit.clock import utcnow, utcnow_ms
+from headwater.kit.pagination import paginate
+
+# base32 without padding: 20 characters are 100 random bits
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567"
+DEDUPE_WINDOW = timedelta(hours=24)
+
+
+def _local_part() -> str:
+    return "in-" + "".join(secrets.choice(_ALPHABET) for _ in range(20))
+
+
+def view(inbox: Inbox, *, domain: str) -> InboxRead:
+    return InboxRead(
+        inbox_id=inbox.id,
+        address=f"{inbox.local_part}@{domain}",
+        client_id=inbox.client_id,
+        dataset_id=inbox.dataset_id,
+        allowed_senders=list(inbox.allowed_senders),
+        created_at=inbox.created_at,
+    )
+
+
+def create_inbox(
+    session: Session, *, client_id: str, dataset_id: str, allowed_senders: Sequence[str]
+) -> Inbox:
+    """An inbox for the dataset (404 if the client has no such dataset)."""
+    client = identity.get_client_by_id(session, client_id)
+    dataset = datasets.find(session, client_id=client_id, dataset_id=dataset_id)
+    inbox = Inbox(
+        id=uuid.uuid4(),
+        local_part=_local_part(),
+        company_id=client.company_id,
+        client_id=client_id,
+        dataset_id=dataset.dataset_id,
+        allowed_senders=list(dict.fromkeys(allowed_senders)),
+        author_id=uuid.uuid4(),
+        created_at=utcnow(),
+    )
+    session.add(inbox)
+    session.flush()
+    return inbox
+
+
+def ensure_inbox(
+    session: Session, *, client_id: str, dataset_id: str, allowed_senders: Sequence[str]
+) -> Inbox:
+    """The dataset's first inbox, made if it has none (the demo's)."""
+    found = session.scalars(
+        select(Inbox)
+        .where(Inbox.client_id == client_id, Inbox.dataset_id == dataset_id)
+        .order_by(Inbox.created_at)
+        .limit(1)
+    ).first()
+    if found is not None:
+        return found
+    return create_inbox(
+        session, client_id=client_id, dataset_id=dataset_id, allowed_senders=allowed_senders
+    )
+
+
+def get_inbox(session: Session, inbox_id: uuid.UUID) -> Inbox:
+    inbox = session.get(Inbox, inbox_id)
+    if inbox is None:
+        raise InboxNotFound(f"No inbox {inbox_id}.")
+    return inbox
+
+
+def list_inboxes(session: Session, query: InboxQuery) -> tuple[Sequence[Inbox], int]:
+    statement = select(Inbox)
+    if query.client_id is not None:
+        identity.get_client_by_id(session, query.client_id)
+        statement = statement.where(Inbox.client_id == query.client_id)
+    return paginate(session, statement, Inbox.created_at, Inbox.id, params=query)
+
+
+def update_inbox(session: Session, inbox_id: uuid.UUID, allowed_senders: Sequence[str]) -> Inbox:
+    inbox = get_inbox(session, inbox_id)
+    inbox.allowed_senders = list(dict.fromkeys(allowed_senders))
+    session.flush()
+    return inbox
+
+
+def delete_inbox(session: Session, inbox_id: uuid.UUID) -> None:
+    get_inbox(session, inbox_id)
+    session.execute(delete(Inbox).where(Inbox.id == inbox_id))
+
+
+# --- the SMTP envelope ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    """An inbox as the SMTP server sees it for one message."""
+
+    inbox_id: uuid.UUID
+    company_id: uuid.UUID
+    client_id: str
+    dataset_id: str
+    author_id: uuid.UUID
+
+    def principal(self) -> Principal:
+        """The inbox as a caller of the ingestion core: its company, its one client."""
+        return Principal(
+            subject=f"inbox:{self.inbox_id}",
+            author_id=self.author_id,
+            company_id=self.company_id,
+            client_ids=(self.client_id,),
+            scopes=frozenset({"data:read", "data:write"}),
+        )
+
+
+def sender_allowed(allowed: Sequence[str], sender: str) -> bool:
+    sender = sender.strip().lower()
+    domain = "@" + sender.rpartition("@")[2]
+    return any(rule in (sender, domain) for rule in allowed)
+
+
+def recipient(session: Session, address: str, *, domain: str, sender: str) -> Recipient | None:
+    """The inbox at `address` if it exists and takes mail from `sender`; else None (the
+    same 550 whichever it is)."""
+    local, _, at = address.strip().lower().rpartition("@")
+    if at != domain.lower() or not local:
+        return None
+    inbox = session.scalars(select(Inbox).where(Inbox.local_part == local)).one_or_none()
+    if inbox is None or not sender_allowed(inbox.allowed_senders, sender):
+        return None
+    return Recipient(inbox.id, inbox.company_id, inbox.client_id, inbox.dataset_id, inbox.author_id)
+
+
+def seen(session: Session, inbox_id: uuid.UUID, message_id: str) -> bool:
+    """Whether this Message-ID reached this inbox within the last 24 h."""
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(InboxMessage)
+            .where(
+                InboxMessage.inbox_id == inbox_id,
+                InboxMessage.message_id == message_id,
+                InboxMessage.received_at >= utcnow() - DEDUPE_WINDOW,
+            )
+        )
+        or 0
+    ) > 0
+
+
+def record_message(
+    session: Session,
+    to: Recipient,
+    *,
+    message_id: str,
+    sender: str,
+    subject: str,
+    transaction_ids: Sequence[uuid.UUID],
+    ignored: Sequence[str],
+    replies: bool,
+) -> None:
+    """The message, with its reply queued (`pending`) when a relay is configured."""
+    now = utcnow_ms()
+    session.add(
+        InboxMessage(
+            id=uuid.uuid4(),
+            inbox_id=to.inbox_id,
+            company_id=to.company_id,
+            message_id=message_id[:998],
+            sender=sender[:320],
+            subject=subject[:998],
+            transaction_ids=[str(t) for t in transaction_ids],
+            ignored=list(ignored),
+            received_at=now,
+            reply_state="pending" if replies else "none",
+            attempts=0,
+            next_attempt_at=now,
+        )
+    )
+
+
+# --- replies ----------------------------------------------------------------------------------
+
+
+def due_replies(session: Session, *, limit: int = 50) -> list[InboxMessage]:
+    return list(
+        session.scalars(
+            select(InboxMessage)
+            .where(InboxMessage.reply_state == "pending", InboxMessage.next_attempt_at <= utcnow())
+            .order_by(InboxMessage.next_attempt_at)
+            .limit(limit)
+        )
+    )
+
+
+def replies_sent_since(session: Session, sender: str, since: datetime) -> int:
+    return int(
+        session.scalar(
+            select(func.count())
+            .select_from(InboxMessage)
+            .where(InboxMessage.sender == sender, InboxMessage.replied_at >= since)
+        )
+        or 0
+    )
+
+
+RETRY_DELAYS = (10, 60, 300, 1800, 7200, 21600)
+
+
+def retry_later(message: InboxMessage, error: str) -> None:
+    message.attempts += 1
+    message.last_error = error[:500]
+    if message.attempts > len(RETRY_DELAYS):
+        message.reply_state = "failed"
+        return
+    message.next_attempt_at = utcnow() + timedelta(seconds=RETRY_DELAYS[message.attempts - 1])
+
+
+def relay_settings(settings: Settings) -> dict[str, Any] | None:
+    """host, port, user, password of HEADWATER_SMTP_RELAY_URL; None if unset."""
+    from urllib.parse import unquote, urlsplit
+
+    if not settings.smtp_relay_url:
+        return None
+    parts = urlsplit(settings.smtp_relay_url)
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 25,
+        "user": unquote(parts.username) if parts.username else None,
+        "password": unquote(parts.password) if parts.password else None,
+    }
