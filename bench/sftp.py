@@ -188,7 +188,10 @@ def baseline_server(port: int) -> None:
     asyncio.run(main())
 
 
-def wait_completed(url: str, headers: dict[str, str], expected: int, timeout: float) -> list[Any]:
+def wait_completed(
+    url: str, headers: dict[str, str], expected: int, timeout: float, *, channel: str = "sftp"
+) -> list[Any]:
+    """The channel's transactions once `expected` of them are final."""
     deadline = time.monotonic() + timeout
     while True:
         done: list[Any] = []
@@ -196,7 +199,7 @@ def wait_completed(url: str, headers: dict[str, str], expected: int, timeout: fl
         while True:
             answer = httpx.get(
                 url + "/platform/v1/transactions",
-                params={"channel": "sftp", "page": page, "page_size": 100},
+                params={"channel": channel, "page": page, "page_size": 100},
                 headers=headers,
                 timeout=60,
             ).json()

@@ -44,6 +44,7 @@ keys_app = _group("Token signing keys.")
 activity_app = _group("The activity log's hash chains.")
 datasets_app = _group("Dataset schemas (draft-06) and options.")
 sftp_accounts_app = _group("SFTP accounts: logins for a company's systems.")
+inboxes_app = _group("Email inboxes: an address per dataset.")
 app.add_typer(db_app, name="db")
 app.add_typer(companies_app, name="companies")
 app.add_typer(clients_app, name="clients")
@@ -52,6 +53,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(activity_app, name="activity")
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(sftp_accounts_app, name="sftp-accounts")
+app.add_typer(inboxes_app, name="inboxes")
 
 # Written as author_id on what `headwater import` creates unless --author-id says otherwise.
 IMPORT_AUTHOR = uuid.uuid5(uuid.NAMESPACE_URL, "urn:headwater:cli-import")
@@ -679,21 +681,6 @@ def datasets_show(
             _print(one.model_dump(mode="json"))
 
 
-def main() -> None:
-    """Entry point: domain errors become one line on stderr and exit status 1."""
-    try:
-        app()
-    except Exception as exc:
-        from headwater.errors import DomainError
-
-        if not isinstance(exc, DomainError):
-            raise
-        Console(stderr=True).print(f"[red]error:[/red] {exc.detail}")
-        raise SystemExit(1) from None
-
-
-if __name__ == "__main__":
-    main()
 
 
 @sftp_accounts_app.command("create")
@@ -737,7 +724,7 @@ def sftp_accounts_list(company_id: CompanyOption = None) -> None:
 
     with _database().unit_of_work() as session:
         rows, _ = sftp.list_accounts(
-            session, company_id=company_id, params=PageQuery(page_size=1000)
+            session, company_id=company_id, params=PageQuery(page_size=100)
         )
         _print([sftp.view(row).model_dump(mode="json") for row in rows])
 
@@ -752,3 +739,73 @@ def sftp_accounts_delete(
     with _database().unit_of_work() as session:
         sftp.delete_account(session, username)
     out.print(f"deleted {username}")
+
+
+@inboxes_app.command("create")
+def inboxes_create(
+    client_id: ClientId,
+    dataset_id: DatasetId,
+    senders: Annotated[
+        list[str],
+        typer.Option("--sender", metavar="ADDRESS", help="An allowed sender (or @domain); repeat."),
+    ],
+) -> None:
+    """Create an inbox for a dataset (section 12 of the contract)."""
+    from headwater.inbox import service as inboxes
+    from headwater.inbox.schemas import InboxCreate
+
+    data = InboxCreate(allowed_senders=senders)
+    domain = get_settings().inbound_email_domain
+    with _database().unit_of_work() as session:
+        inbox = inboxes.create_inbox(
+            session,
+            client_id=client_id,
+            dataset_id=dataset_id,
+            allowed_senders=data.allowed_senders,
+        )
+        _print(inboxes.view(inbox, domain=domain).model_dump(mode="json"))
+
+
+@inboxes_app.command("list")
+def inboxes_list(
+    client_id: Annotated[
+        str | None, typer.Option(metavar="CLIENT_ID", help="Only this client's.")
+    ] = None,
+) -> None:
+    """Every inbox, or one client's."""
+    from headwater.inbox import service as inboxes
+    from headwater.inbox.schemas import InboxQuery
+
+    domain = get_settings().inbound_email_domain
+    with _database().unit_of_work() as session:
+        rows, _ = inboxes.list_inboxes(session, InboxQuery(client_id=client_id, page_size=100))
+        _print([inboxes.view(row, domain=domain).model_dump(mode="json") for row in rows])
+
+
+@inboxes_app.command("delete")
+def inboxes_delete(
+    inbox_id: Annotated[uuid.UUID, typer.Argument(metavar="INBOX_ID")],
+) -> None:
+    """Delete an inbox: mail to its address is refused from now on."""
+    from headwater.inbox import service as inboxes
+
+    with _database().unit_of_work() as session:
+        inboxes.delete_inbox(session, inbox_id)
+    out.print(f"deleted {inbox_id}")
+
+
+def main() -> None:
+    """Entry point: domain errors become one line on stderr and exit status 1."""
+    try:
+        app()
+    except Exception as exc:
+        from headwater.errors import DomainError
+
+        if not isinstance(exc, DomainError):
+            raise
+        Console(stderr=True).print(f"[red]error:[/red] {exc.detail}")
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()
