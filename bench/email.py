@@ -9,8 +9,9 @@ PostgreSQL and the embedded store; `headwater serve` (API and file workers) and
         every transaction `completed`
   (2) one message with a BIG_MB attachment → its DATA time, rows/s to `completed`
 
-and the SMTP process's peak RSS (VmHWM). Targets: >= 50 messages/s accepted, p99 DATA
-<= 500 ms, peak RSS <= 300 MB.
+and the SMTP process's peak RSS (VmHWM). The size limit is raised for (2): base64 makes
+a 20 MB attachment a 27 MB message, over the 25 MiB default. Targets: >= 50 messages/s
+accepted, p99 DATA <= 500 ms, peak RSS <= 300 MB.
 
     uv run python -m bench.email [--clients 10 --messages 2000 --rows 1000 --big-mb 20]
 """
@@ -55,6 +56,7 @@ def mail(to: str, name: str, data: bytes, n: int) -> bytes:
 
 def send_all(port: int, to: str, bodies: list[bytes], timings: list[float]) -> None:
     with smtplib.SMTP("127.0.0.1", port, timeout=120) as smtp:
+        smtp.ehlo()
         for body in bodies:
             smtp.mail("bench@example.com")
             code, _ = smtp.rcpt(to)
@@ -82,6 +84,8 @@ def main() -> None:
             database_url,
             HEADWATER_FILE_WORKERS=str(args.file_workers),
             HEADWATER_FILE_POLL_SECONDS="0.2",
+            # base64 makes a 20 MB attachment a 27 MB message: over the 25 MiB default
+            HEADWATER_MAX_EMAIL_BYTES=str(max(26214400, 2 * args.big_mb * 1024 * 1024)),
         )
         data_dir = str(Path(tmp) / "data")
         with production_server(env, workers=1, data_dir=data_dir) as url:

@@ -195,7 +195,7 @@ def wait_completed(
     deadline = time.monotonic() + timeout
     while True:
         done: list[Any] = []
-        page = 1
+        page = 0  # pages count from 0
         while True:
             answer = httpx.get(
                 url + "/platform/v1/transactions",
@@ -204,7 +204,7 @@ def wait_completed(
                 timeout=60,
             ).json()
             done += [t for t in answer["data"] if t["status"] not in ("processing",)]
-            if page >= answer["total_pages"]:
+            if page + 1 >= answer["total_pages"]:
                 break
             page += 1
         if len(done) >= expected:
@@ -232,6 +232,7 @@ def main() -> None:
             HEADWATER_FILE_WORKERS=str(args.file_workers),
             HEADWATER_FILE_POLL_SECONDS="0.2",
             HEADWATER_MAX_FILE_BYTES=str(4 * 1024**3),
+            HEADWATER_SFTP_MAX_SESSIONS=str(max(10, 2 * args.sessions)),
         )
         data_dir = str(Path(tmp) / "data")
         with production_server(env, workers=1, data_dir=data_dir) as url:

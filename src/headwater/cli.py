@@ -681,8 +681,6 @@ def datasets_show(
             _print(one.model_dump(mode="json"))
 
 
-
-
 @sftp_accounts_app.command("create")
 def sftp_accounts_create(
     company_id: CompanyId,

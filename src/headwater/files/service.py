@@ -160,19 +160,7 @@ def accept_stored(
         )
     )
     session.flush()
-    session.add(
-        FileJob(
-            id=uuid.uuid4(),
-            file_id=file_id,
-            bucket=store.bucket,
-            object_key=key,
-            etag=etag,
-            state=QUEUED,
-            attempts=0,
-            created_at=now,
-        )
-    )
-    session.flush()
+    _queue_job(session.connection(), file_id=file_id, bucket=store.bucket, key=key, etag=etag)
     return transaction_id
 
 
@@ -193,21 +181,30 @@ def _mark_uploaded(
     if not moved:
         return False
     ingestion.received(connection, upload.transaction_id, size=size, at=now)
+    _queue_job(
+        connection, file_id=upload.id, bucket=upload.bucket, key=upload.object_key, etag=etag
+    )
+    return True
+
+
+def _queue_job(
+    connection: Connection, *, file_id: uuid.UUID, bucket: str, key: str, etag: str
+) -> None:
+    """Queue the processing of a stored file, once per object version."""
     connection.execute(
         dialect_insert(connection.dialect)(FileJob)
         .values(
             id=uuid.uuid4(),
-            file_id=upload.id,
-            bucket=upload.bucket,
-            object_key=upload.object_key,
+            file_id=file_id,
+            bucket=bucket,
+            object_key=key,
             etag=etag,
             state=QUEUED,
             attempts=0,
-            created_at=now,
+            created_at=utcnow_ms(),
         )
         .on_conflict_do_nothing(index_elements=["bucket", "object_key", "etag"])
     )
-    return True
 
 
 def _refuse(connection: Connection, upload: Any, *, size: int | None, message: str) -> None:

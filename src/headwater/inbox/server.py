@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from email import policy
 from email.message import EmailMessage
-from email.parser import BytesParser
+from email.parser import BytesFeedParser
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from headwater.files.stores import Store, make_store
 from headwater.inbox import metrics
 from headwater.inbox import service as inboxes
 from headwater.inbox.service import Recipient
+from headwater.kit import memory
 
 log = structlog.get_logger("headwater.email")
 
@@ -76,6 +77,39 @@ def attachments(message: EmailMessage) -> tuple[list[Attachment], list[str]]:
     return found, ignored
 
 
+@dataclass(frozen=True, slots=True)
+class Digest:
+    message_id: str
+    subject: str
+    sha256: str
+
+
+PARSE_PIECE = 1024 * 1024
+
+
+def parse(envelope: Envelope) -> tuple[EmailMessage, Digest]:
+    """The message, parsed in pieces; the envelope lets go of its bytes as soon as they
+    are fed, so a large message is not held three times over (raw, text, parts)."""
+    content = envelope.original_content or envelope.content or b""
+    raw = content if isinstance(content, bytes) else content.encode()
+    envelope.original_content = envelope.content = None
+    del content
+    digest = hashlib.sha256(raw).hexdigest()
+    parser = BytesFeedParser(policy=policy.default)
+    view = memoryview(raw)
+    for start in range(0, len(raw), PARSE_PIECE):
+        parser.feed(bytes(view[start : start + PARSE_PIECE]))
+    view.release()
+    del view, raw
+    message = parser.close()
+    assert isinstance(message, EmailMessage)
+    return message, Digest(
+        message_id=str(message.get("Message-ID") or "").strip(),
+        subject=str(message.get("Subject") or ""),
+        sha256=digest,
+    )
+
+
 class Handler:
     """aiosmtpd's hooks: RCPT checks the inbox and sender, DATA takes the message."""
 
@@ -111,20 +145,16 @@ class Handler:
             )
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        content = envelope.original_content or envelope.content or b""
-        raw = content if isinstance(content, bytes) else content.encode()
-        message = BytesParser(policy=policy.default).parsebytes(raw)
-        assert isinstance(message, EmailMessage)
+        message, digest = parse(envelope)
         found, ignored = attachments(message)
+        del message  # the attachments' bytes are all that is kept
         if not found:
             metrics.REFUSED.labels("no_attachment").inc()
             log.info("email refused: no usable attachment", ignored=len(ignored))
             return NOTHING_USABLE
-        message_id = str(message.get("Message-ID") or "").strip() or (
-            "<sha256-" + hashlib.sha256(raw).hexdigest() + "@headwater>"
-        )
+        message_id = digest.message_id or f"<sha256-{digest.sha256}@headwater>"
         sender = (envelope.mail_from or "").lower()
-        subject = str(message.get("Subject") or "")
+        subject = digest.subject
         taken = 0
         for to in getattr(envelope, "headwater_recipients", []):
             try:
@@ -231,6 +261,7 @@ def tls_context(settings: Settings) -> ssl.SSLContext | None:
 
 async def serve(settings: Settings, host: str, port: int, *, ready: Path | None = None) -> None:
     """Run the SMTP server until cancelled."""
+    memory.return_large_blocks()  # a message's big buffers go back to the system
     db = Database(settings)
     handler = Handler(db, make_store(settings), settings)
     context = tls_context(settings)

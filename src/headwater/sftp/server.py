@@ -39,6 +39,7 @@ from headwater.identity.tokens import Principal
 from headwater.ingestion import datasets
 from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.service import PENDING_STATUSES, transaction_read
+from headwater.kit import memory
 from headwater.kit.ratelimit import FailureLimit
 from headwater.sftp import metrics
 from headwater.sftp import service as accounts
@@ -646,6 +647,7 @@ def make_hub(settings: Settings) -> Hub:
 
 async def serve(settings: Settings, host: str, port: int, *, ready: Path | None = None) -> None:
     """Run the SFTP server until cancelled."""
+    memory.return_large_blocks()
     hub = make_hub(settings)
     acceptor = await listen(hub, host, port)
     bound = acceptor.sockets[0].getsockname()[1] if acceptor.sockets else port
