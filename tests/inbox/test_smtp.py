@@ -267,3 +267,58 @@ def test_a_relay_that_is_down_is_retried(
     up = runtime.settings.model_copy(update={"smtp_relay_url": f"smtp://127.0.0.1:{relay_port}"})
     assert send_due(runtime.db, up) == 1
     assert len(sink.wait_for(1)) == 1
+
+
+def test_starttls_when_a_certificate_is_configured(
+    make_smtp: Any, mail_tenant: FileTenant, inbox: dict[str, Any], tmp_path: Any
+) -> None:
+    import datetime
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ingest.localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = make_smtp(smtp_tls_cert_file=cert_file, smtp_tls_key_file=key_file)
+    context = ssl.create_default_context(cafile=str(cert_file))
+    context.check_hostname = False
+    mail = message(
+        inbox["address"],
+        attachments=[("tls.csv", "text/csv", (CSV_HEADER + csv_rows(2)).encode())],
+    )
+    with smtplib.SMTP("127.0.0.1", server.port, timeout=30) as smtp:
+        smtp.ehlo()
+        assert smtp.has_extn("starttls")
+        smtp.starttls(context=context)
+        smtp.ehlo()
+        assert smtp.sock is not None and smtp.sock.version() is not None  # type: ignore[attr-defined]
+        smtp.send_message(mail, from_addr="ann@example.com")
+    [transaction] = _email_transactions(mail_tenant)
+    assert transaction["file_name"] == "tls.csv" and transaction["records_accepted"] == 2
+    without = make_smtp()  # no certificate: no STARTTLS offered
+    with smtplib.SMTP("127.0.0.1", without.port, timeout=30) as plain:
+        plain.ehlo()
+        assert not plain.has_extn("starttls")
