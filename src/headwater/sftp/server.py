@@ -64,6 +64,14 @@ def _denied(message: str) -> asyncssh.SFTPPermissionDenied:
     return asyncssh.SFTPPermissionDenied(message)
 
 
+def _supported(name: str) -> str:
+    """The format a name says; PERMISSION_DENIED naming the supported ones if none."""
+    kind = parsers.content_type_of(name)
+    if kind is None:
+        raise _denied(f"{name!r} is not a supported file: use {parsers.SUPPORTED_NAMES}")
+    return kind
+
+
 def split(path: bytes) -> list[str]:
     """A client's path as parts under `/`; PERMISSION_DENIED if it leaves the tree."""
     try:
@@ -230,12 +238,11 @@ class _Login(asyncssh.SSHServer):
 class _Upload:
     """A file being written: streamed to the store, ingested (or held) on close."""
 
-    def __init__(self, client_id: str, dataset_id: str, name: str, key: str, writer: Writer):
-        self.client_id = client_id
-        self.dataset_id = dataset_id
-        self.name = name
+    def __init__(self, parts: list[str], *, file_id: uuid.UUID, key: str, writer: Writer) -> None:
+        self.parts = parts  # client, dataset, name
+        self.client_id, self.dataset_id, self.name = parts
+        self.file_id = file_id
         self.key = key
-        self.file_id = uuid.UUID(hex=key.rsplit("/", 1)[-1][:32])
         self.writer = writer
         self.pending: list[bytes] = []
         self.pending_bytes = 0
@@ -263,19 +270,18 @@ class Tree(asyncssh.SFTPServer):
         with self.hub.db.read_session() as session:
             return datasets.usable_pairs(session, self.caller)
 
-    async def _clients(self) -> list[str]:
-        return sorted({client for client, _ in await self.hub.run(self._pairs)})
+    async def _tree(self) -> dict[str, list[str]]:
+        """client → its datasets, as this account may use them (one query)."""
+        tree: dict[str, list[str]] = {}
+        for client, dataset in await self.hub.run(self._pairs):
+            tree.setdefault(client, []).append(dataset)
+        return tree
 
-    async def _datasets(self, client_id: str) -> list[str]:
-        return [d for c, d in await self.hub.run(self._pairs) if c == client_id]
-
-    async def _dataset(self, client_id: str, dataset_id: str) -> None:
-        """NO_SUCH_FILE unless the account may use this client and it has this dataset."""
-        if dataset_id not in await self._datasets(client_id):
-            raise asyncssh.SFTPNoSuchFile(f"no dataset {client_id}/{dataset_id}")
-
-    def _receipts(self, client_id: str, dataset_id: str) -> dict[str, bytes]:
-        """`<name>.<transaction_id>.json` → the transaction's JSON, for final ones."""
+    def _receipts(
+        self, client_id: str, dataset_id: str, only: str | None = None
+    ) -> dict[str, bytes]:
+        """`<name>.<transaction_id>.json` → the transaction's JSON, for final ones (only
+        the one named `only`, if given)."""
         found: dict[str, bytes] = {}
         with self.hub.db.read_session() as session:
             for upload in accounts.receipts(
@@ -285,26 +291,31 @@ class Tree(asyncssh.SFTPServer):
                 dataset_id=dataset_id,
                 days=self.hub.settings.sftp_receipt_days,
             ):
+                name = f"{upload.name}.{upload.transaction_id}.json"
+                if only is not None and name != only:
+                    continue
                 try:
                     view = transaction_read(session, self.caller, upload.transaction_id)
                 except TransactionNotFound:  # no longer visible to this account
                     continue
                 if view.status in PENDING_STATUSES:
                     continue
-                body = view.model_dump_json().encode()
-                found[f"{upload.name}.{upload.transaction_id}.json"] = body
+                found[name] = view.model_dump_json().encode()
         return found
 
     async def _kind(self, parts: list[str]) -> tuple[str, Any]:
-        """What a path names: ("root"|"client"|"dataset"|"receipts"|"receipt"|"held", ...)."""
+        """What a path names, and what it holds: ("root", None), ("client", its datasets),
+        ("dataset"|"receipts", None), ("receipt", its bytes), ("held", Held)."""
         depth = len(parts)
         if depth == 0:
             return "root", None
-        if parts[0] not in await self._clients():
+        tree = await self._tree()
+        if parts[0] not in tree:
             raise asyncssh.SFTPNoSuchFile(f"no client directory {parts[0]}")
         if depth == 1:
-            return "client", None
-        await self._dataset(parts[0], parts[1])
+            return "client", tree[parts[0]]
+        if parts[1] not in tree[parts[0]]:
+            raise asyncssh.SFTPNoSuchFile(f"no dataset {parts[0]}/{parts[1]}")
         if depth == 2:
             return "dataset", None
         if depth == 3 and parts[2] == RECEIPTS:
@@ -315,7 +326,7 @@ class Tree(asyncssh.SFTPServer):
                 raise asyncssh.SFTPNoSuchFile(f"no file {parts[2]}")
             return "held", held
         if depth == 4 and parts[2] == RECEIPTS:
-            body = (await self.hub.run(self._receipts, parts[0], parts[1])).get(parts[3])
+            body = (await self.hub.run(self._receipts, parts[0], parts[1], parts[3])).get(parts[3])
             if body is None:
                 raise asyncssh.SFTPNoSuchFile(f"no receipt {parts[3]}")
             return "receipt", body
@@ -341,14 +352,14 @@ class Tree(asyncssh.SFTPServer):
 
     async def scandir(self, path: bytes) -> AsyncIterator[asyncssh.SFTPName]:
         parts = split(path)
-        kind, _ = await self._kind(parts)
+        kind, found = await self._kind(parts)
         for dot in (b".", b".."):
             yield asyncssh.SFTPName(dot, attrs=_dir_attrs())
         names: list[tuple[str, asyncssh.SFTPAttrs]] = []
         if kind == "root":
-            names = [(c, _dir_attrs()) for c in await self._clients()]
+            names = [(client, _dir_attrs()) for client in sorted(await self._tree())]
         elif kind == "client":
-            names = [(d, _dir_attrs()) for d in await self._datasets(parts[0])]
+            names = [(dataset, _dir_attrs()) for dataset in found]
         elif kind == "dataset":
             names = [(RECEIPTS, _dir_attrs())]
             for (user, c, d, name), held in sorted(self.hub.held.items()):
@@ -387,9 +398,9 @@ class Tree(asyncssh.SFTPServer):
                 "files are uploaded to /<client_id>/<dataset_id>/<name>; "
                 "nothing else can be written"
             )
-        client_id, dataset_id, name = parts
-        if not is_held(name) and parsers.content_type_of(name) is None:
-            raise _denied(f"{name!r} is not a supported file: use {parsers.SUPPORTED_NAMES}")
+        name = parts[2]
+        if not is_held(name):
+            _supported(name)
         if len(name.encode()) > 255:
             raise _denied("the name is longer than 255 bytes")
         try:
@@ -399,7 +410,7 @@ class Tree(asyncssh.SFTPServer):
         file_id = uuid.uuid4()
         key = self.hub.store.object_key(company_id=self.account.company_id, file_id=file_id)
         writer = await self.hub.run(self.hub.store.incoming_file, key)
-        return _Upload(client_id, dataset_id, name, key, writer)
+        return _Upload(parts, file_id=file_id, key=key, writer=writer)
 
     async def read(self, file_obj: object, offset: int, size: int) -> bytes:
         if not isinstance(file_obj, _Receipt):
@@ -461,16 +472,13 @@ class Tree(asyncssh.SFTPServer):
             raise asyncssh.SFTPFailure("the file could not be stored; send it again") from None
         stored = Held(upload.file_id, upload.key, upload.size, upload.writer.etag, time.time())
         if is_held(upload.name):
-            self.hub.held[
-                (self.account.username, upload.client_id, upload.dataset_id, upload.name)
-            ] = stored
+            self.hub.held[self._held_key(upload.parts)] = stored
             return
         await self._ingest(upload.client_id, upload.dataset_id, upload.name, stored)
 
     async def _ingest(self, client_id: str, dataset_id: str, name: str, stored: Held) -> None:
         """The stored file becomes a transaction and a queued job (one unit of work)."""
-        kind = parsers.content_type_of(name)
-        assert kind is not None
+        kind = _supported(name)
         try:
             transaction_id = await self.hub.run(
                 self._accept, client_id, dataset_id, name, kind, stored
@@ -538,8 +546,7 @@ class Tree(asyncssh.SFTPServer):
         if is_held(new[2]):
             self.hub.held[self._held_key(new)] = self.hub.held.pop(self._held_key(old))
             return
-        if parsers.content_type_of(new[2]) is None:
-            raise _denied(f"{new[2]!r} is not a supported file: use {parsers.SUPPORTED_NAMES}")
+        _supported(new[2])
         del self.hub.held[self._held_key(old)]
         await self._ingest(new[0], new[1], new[2], held)
 
