@@ -118,13 +118,8 @@ def build_runtime(settings: Settings) -> Runtime:
             wait=1.0,
             name="secret-check",
         ),
-        token_failures=FailureLimit(
-            make_rate_limiter(
-                redis_url=settings.redis_url,
-                rate=settings.token_failures_per_minute / 60,
-                burst=settings.token_failures_per_minute,
-                prefix="hw:tf:",
-            )
+        token_failures=FailureLimit.per_minute(
+            settings.token_failures_per_minute, redis_url=settings.redis_url, prefix="hw:tf:"
         ),
     )
 

@@ -110,6 +110,14 @@ def parse(envelope: Envelope) -> tuple[EmailMessage, Digest]:
     )
 
 
+def read(envelope: Envelope) -> tuple[list[Attachment], list[str], Digest]:
+    """The message's supported attachments, the names of the others, and its digest;
+    only the attachments' bytes are kept."""
+    message, digest = parse(envelope)
+    found, ignored = attachments(message)
+    return found, ignored, digest
+
+
 class Handler:
     """aiosmtpd's hooks: RCPT checks the inbox and sender, DATA takes the message."""
 
@@ -145,9 +153,9 @@ class Handler:
             )
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
-        message, digest = parse(envelope)
-        found, ignored = attachments(message)
-        del message  # the attachments' bytes are all that is kept
+        # parsing and decoding a large message takes a while: not on the event loop,
+        # where the other sessions wait
+        found, ignored, digest = await self.run(read, envelope)
         if not found:
             metrics.REFUSED.labels("no_attachment").inc()
             log.info("email refused: no usable attachment", ignored=len(ignored))

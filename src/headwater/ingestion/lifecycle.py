@@ -197,12 +197,17 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else iso_ms(value)
 
 
+def records_processed(status: str, processed: int | None, received: int) -> int | None:
+    """Rows read so far; once final, every row was read (a push never writes it)."""
+    if processed is None and status in FINAL:
+        return received
+    return processed
+
+
 def view(row: Mapping[str, Any]) -> dict[str, Any]:
     """A transaction row as `GET /platform/v1/transactions/{id}` answers it (JSON),
     built without a model: a push's event is made on the ingestion hot path."""
-    processed = row["records_processed"]
-    if processed is None and row["status"] in FINAL:
-        processed = row["records_received"]  # final: every row was read
+    processed = records_processed(row["status"], row["records_processed"], row["records_received"])
     return {
         "transaction_id": str(row["id"]),
         "kind": row["kind"],

@@ -531,8 +531,9 @@ def transaction_read(
 
 def transaction_view(transaction: Transaction) -> TransactionRead:
     view = TransactionRead.model_validate(transaction, from_attributes=True)
-    if view.records_processed is None and view.status not in PENDING_STATUSES:
-        view.records_processed = view.records_received  # final: every row was read
+    view.records_processed = lifecycle.records_processed(
+        view.status, view.records_processed, view.records_received
+    )
     return view
 
 

@@ -169,6 +169,15 @@ class FailureLimit:
         self._block = block_seconds
         self._blocked: dict[str, float] = {}
 
+    @classmethod
+    def per_minute(cls, failures: int, *, redis_url: str | None, prefix: str) -> FailureLimit:
+        """`failures` a minute per key, counted in Redis when `redis_url` is set."""
+        return cls(
+            make_rate_limiter(
+                redis_url=redis_url, rate=failures / 60, burst=failures, prefix=prefix
+            )
+        )
+
     def refused(self, key: str) -> bool:
         return self._blocked.get(key, 0.0) > time.monotonic()
 

@@ -634,20 +634,13 @@ async def listen(hub: Hub, host: str, port: int) -> asyncssh.SSHAcceptor:
 
 def make_hub(settings: Settings) -> Hub:
     from headwater.files.stores import make_store
-    from headwater.kit.ratelimit import make_rate_limiter
 
-    per_minute = settings.sftp_auth_failures_per_minute
     return Hub(
         db=Database(settings),
         store=make_store(settings),
         settings=settings,
-        failures=FailureLimit(
-            make_rate_limiter(
-                redis_url=settings.redis_url,
-                rate=per_minute / 60,
-                burst=per_minute,
-                prefix="hw:sf:",
-            )
+        failures=FailureLimit.per_minute(
+            settings.sftp_auth_failures_per_minute, redis_url=settings.redis_url, prefix="hw:sf:"
         ),
     )
 
