@@ -92,6 +92,28 @@ class Settings(BaseSettings):
     email_from: str | None = None  # default no-reply@<inbound domain>
     email_replies_per_sender_per_hour: int = Field(60, ge=1)
 
+    # events and webhooks (contract section 13)
+    event_retention_days: int = Field(30, ge=1, le=3650)
+    webhook_allow_http: bool = False
+    webhook_allow_private: bool = False
+    webhook_retry_schedule: Annotated[list[float], NoDecode] = [
+        5,
+        300,
+        1800,
+        7200,
+        18000,
+        36000,
+        36000,
+    ]
+    webhook_timeout_seconds: float = Field(15.0, gt=0, le=60)
+    webhook_concurrency: int = Field(64, ge=1, le=1024)  # attempts in flight per process
+    webhook_endpoint_concurrency: int = Field(4, ge=1, le=64)  # per endpoint and process
+    webhook_disable_after_seconds: float = Field(5 * 86400, gt=0)
+    webhook_poll_seconds: float = Field(0.2, gt=0, le=10)
+    # encrypts endpoint secrets at rest; default: derived from the signing-key passphrase,
+    # else a key made once at $data_dir/webhook_secret_key (mode 0600)
+    webhook_secret_key: SecretStr | None = None
+
     auto_migrate: bool = True
     worker_enabled: bool = True
     worker_interval_seconds: float = Field(30.0, gt=0)
@@ -108,6 +130,27 @@ class Settings(BaseSettings):
         if isinstance(raw, str):
             values["oidc_algorithms"] = [a.strip() for a in raw.split(",") if a.strip()]
         return values
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_schedule(cls, values: dict[str, object]) -> dict[str, object]:
+        raw = values.get("webhook_retry_schedule")
+        if isinstance(raw, str):
+            try:
+                values["webhook_retry_schedule"] = [
+                    float(part) for part in raw.split(",") if part.strip()
+                ]
+            except ValueError:
+                raise ValueError(
+                    "HEADWATER_WEBHOOK_RETRY_SCHEDULE must be seconds, comma-separated"
+                ) from None
+        return values
+
+    @model_validator(mode="after")
+    def _schedule_is_delays(self) -> Settings:
+        if any(delay < 0 for delay in self.webhook_retry_schedule):
+            raise ValueError("HEADWATER_WEBHOOK_RETRY_SCHEDULE must not hold negative delays")
+        return self
 
     @model_validator(mode="after")
     def _external_idp_is_whole(self) -> Settings:

@@ -140,6 +140,12 @@ class Conflict(DomainError):
     title = "Conflict"
 
 
+class Gone(DomainError):
+    status = 410
+    code = "gone"
+    title = "Gone"
+
+
 class PayloadTooLarge(DomainError):
     status = 413
     code = "payload_too_large"

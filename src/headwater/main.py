@@ -32,6 +32,7 @@ from headwater.ops.openapi import build_openapi
 from headwater.runtime import build_runtime, start
 from headwater.sftp import router as sftp_router
 from headwater.web import problems
+from headwater.webhooks import router as webhooks_router
 from headwater.workflows import router as workflows_router
 
 VERSION = "0.1.0"
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ingestion_router.admin)
     app.include_router(sftp_router.router)
     app.include_router(inbox_router.router)
+    app.include_router(webhooks_router.router)
     app.include_router(files_router.uploads)
     app.include_router(files_router.hooks)
     app.include_router(workflows_router.router)

@@ -11,4 +11,5 @@ def load_all() -> None:
     import headwater.inbox.models
     import headwater.ingestion.models
     import headwater.sftp.models
+    import headwater.webhooks.models
     import headwater.workflows.models  # noqa: F401

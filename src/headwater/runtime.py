@@ -23,6 +23,7 @@ from headwater.ingestion.groups import PushQueue
 from headwater.kit import memory
 from headwater.kit.gate import Gate
 from headwater.kit.ratelimit import FailureLimit, RateLimiter, make_rate_limiter
+from headwater.webhooks.crypto import SecretBox, key_file_material
 
 log = structlog.get_logger("headwater.runtime")
 
@@ -39,6 +40,8 @@ class Runtime:
     secret_checks: Gate
     # failed token requests per address; past the limit, the address waits a minute
     token_failures: FailureLimit
+    # seals and opens webhook endpoint secrets
+    secret_box: SecretBox
     # Set when an upload has queued a job, so an in-process worker starts at once.
     files_queued: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -69,6 +72,16 @@ def _jwks_loader(url: str, algorithms: list[str]) -> keyring.KeyLoader:
             return keyring.public_keys(response.json(), algorithms)
 
     return load
+
+
+def secret_box(settings: Settings) -> SecretBox:
+    """The key of webhook endpoint secrets: HEADWATER_WEBHOOK_SECRET_KEY, else the
+    signing-key passphrase, else a key made once under the data directory."""
+    if settings.webhook_secret_key is not None:
+        return SecretBox(settings.webhook_secret_key.get_secret_value().encode())
+    if settings.signing_key_passphrase:
+        return SecretBox(settings.signing_key_passphrase.encode())
+    return SecretBox(key_file_material(settings.data_dir))
 
 
 def build_runtime(settings: Settings) -> Runtime:
@@ -121,6 +134,7 @@ def build_runtime(settings: Settings) -> Runtime:
         token_failures=FailureLimit.per_minute(
             settings.token_failures_per_minute, redis_url=settings.redis_url, prefix="hw:tf:"
         ),
+        secret_box=secret_box(settings),
     )
 
 

@@ -104,6 +104,26 @@ async def send_email_replies(runtime: Runtime) -> None:
         log.info("email replies sent", count=sent)
 
 
+async def purge_events(runtime: Runtime) -> None:
+    """Events past HEADWATER_EVENT_RETENTION_DAYS, with their deliveries."""
+    from headwater.events import log as event_log
+
+    older_than = utcnow() - timedelta(days=runtime.settings.event_retention_days)
+
+    def purge() -> int:
+        total = 0
+        while True:
+            with runtime.db.begin() as connection:
+                purged = event_log.purge(connection, older_than=older_than)
+            total += purged
+            if not purged:
+                return total
+
+    purged = await anyio.to_thread.run_sync(purge)
+    if purged:
+        log.info("events past retention removed", count=purged)
+
+
 JOBS: list[Job] = [
     refresh_verification_keys,
     forget_idempotency_keys,
@@ -112,6 +132,7 @@ JOBS: list[Job] = [
     expire_sftp_receipts,
     sweep_incoming,
     send_email_replies,
+    purge_events,
 ]
 
 
@@ -158,8 +179,15 @@ async def refresh_revocations_forever(runtime: Runtime, stop: asyncio.Event) -> 
 
 
 def start_jobs(runtime: Runtime, stop: asyncio.Event, *, file_workers: int) -> list[Task[None]]:
-    """The periodic jobs and `file_workers` file workers, running until `stop`."""
-    return [asyncio.create_task(run_forever(runtime, stop))] + [
+    """The periodic jobs, the webhook deliveries and `file_workers` file workers, running
+    until `stop`."""
+    from headwater.webhooks.sender import Deliverer
+
+    deliverer = Deliverer(runtime.db, runtime.secret_box, runtime.settings)
+    return [
+        asyncio.create_task(run_forever(runtime, stop)),
+        asyncio.create_task(deliverer.run(stop)),
+    ] + [
         asyncio.create_task(run_files_forever(runtime, stop, slot)) for slot in range(file_workers)
     ]
 

@@ -22,6 +22,7 @@ EventType = Literal[
     "workflow.status_changed",
     "export.completed",
     "export.failed",
+    "webhook_endpoint.disabled",
 ]
 TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
 

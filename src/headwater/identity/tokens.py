@@ -21,6 +21,8 @@ SCOPES: dict[str, str] = {
     "workflows:read": "Read workflow categories, templates, workflows and tasks.",
     "workflows:write": "Create, change and delete workflow configuration.",
     "activities:read": "Search the activity log.",
+    "events:read": "Read the event feed.",
+    "webhooks:manage": "Manage webhook endpoints, read their deliveries and replay events.",
     "admin": "Operator: manage companies, clients, credentials and datasets.",
 }
 COMPANY_SCOPES = frozenset(SCOPES) - {"admin"}

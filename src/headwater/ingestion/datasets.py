@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Select, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import service as activity
+from headwater.events import outbox
 from headwater.identity.models import IngestionClient
 from headwater.identity.tokens import Principal
 from headwater.ingestion import normalise, validation
@@ -333,6 +334,21 @@ def _add_version(
     )
     session.add(row)
     session.flush()
+    outbox.write(
+        session.connection(),
+        [
+            outbox.event(
+                "dataset.schema_version_added",
+                company_id=dataset.company_id,
+                data={
+                    "client_id": dataset.client_id,
+                    "dataset_id": dataset.dataset_id,
+                    "schema_version": row.version,
+                },
+                created_at=row.created_at,
+            )
+        ],
+    )
     activity.record(
         session,
         actor=actor,

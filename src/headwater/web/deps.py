@@ -33,6 +33,7 @@ from headwater.kit import strictjson
 from headwater.kit.gate import Gate
 from headwater.kit.pagination import PageQuery
 from headwater.kit.ratelimit import FailureLimit, RateLimiter
+from headwater.webhooks.crypto import SecretBox
 
 oauth2 = OAuth2(
     flows=OAuthFlows(
@@ -60,6 +61,7 @@ class Services(Protocol):
     secret_checks: Gate
     token_failures: FailureLimit
     files_queued: asyncio.Event
+    secret_box: SecretBox
 
 
 async def get_runtime(request: Request) -> Services:
@@ -161,6 +163,8 @@ DataRead = Annotated[Principal, Security(principal, scopes=["data:read"])]
 WorkflowsRead = Annotated[Principal, Security(principal, scopes=["workflows:read"])]
 WorkflowsWrite = Annotated[Principal, Security(principal, scopes=["workflows:write"])]
 ActivitiesRead = Annotated[Principal, Security(principal, scopes=["activities:read"])]
+EventsRead = Annotated[Principal, Security(principal, scopes=["events:read"])]
+WebhooksManage = Annotated[Principal, Security(principal, scopes=["webhooks:manage"])]
 
 
 # --- one reading of every request ------------------------------------------------------------

@@ -14,6 +14,7 @@ from sqlalchemy import Select, String, Uuid, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import service as activity
+from headwater.events import outbox
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import utcnow_ms
@@ -428,7 +429,21 @@ def change_workflow(
     _check_dates(
         values.get("due_date", row.due_date), values.get("notification_date", row.notification_date)
     )
+    previous = row.status
     _audited_update(session, actor, row, values)
+    if row.status != previous:
+        data = WorkflowRead.model_validate(row).model_dump(mode="json")
+        outbox.write(
+            session.connection(),
+            [
+                outbox.event(
+                    "workflow.status_changed",
+                    company_id=row.company_id,
+                    data=data | {"previous_status": previous},
+                    created_at=row.updated_at,
+                )
+            ],
+        )
 
 
 def list_tasks(

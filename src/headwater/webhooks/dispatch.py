@@ -1,0 +1,360 @@
+"""From the event log to deliveries, and each delivery's attempts (the worker's side).
+
+- `sequence_and_fan_out` gives committed events their positions (`events.log`) and, in
+  the same database transaction, a `pending` delivery for each enabled endpoint of the
+  company that subscribes to the event's type: every event gets its deliveries exactly
+  once, however many workers run.
+- `claim` takes due deliveries for this process (PostgreSQL: `FOR UPDATE SKIP LOCKED`,
+  so workers never take the same one), at most `per_endpoint` in flight per endpoint,
+  and moves each one's `next_attempt_at` a lease ahead: a worker killed mid-attempt
+  leaves the delivery due again when the lease ends (at least once).
+- `record` writes the attempt and the delivery's next state: delivered, retried after
+  the schedule's next delay (with up to 10% jitter), or failed after the last; an
+  endpoint failing for `disable_after` is disabled, with its event.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+import structlog
+from sqlalchemy import Connection, exists, func, insert, select, update
+
+from headwater.db import Database
+from headwater.events import log, outbox
+from headwater.events.models import Event
+from headwater.kit.clock import iso_ms, utcnow, utcnow_ms
+from headwater.webhooks import metrics
+from headwater.webhooks.crypto import SecretBox
+from headwater.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from headwater.webhooks.rendering import render
+
+log_ = structlog.get_logger("headwater.webhooks")
+
+JITTER = 0.10
+
+
+def subscribed(event_types: Sequence[str], event_type: str) -> bool:
+    return "*" in event_types or event_type in event_types
+
+
+def fan_out(connection: Connection, events: Sequence[Any]) -> int:
+    """Pending deliveries of `events` to every enabled endpoint that wants them."""
+    companies = list({row.company_id for row in events})
+    endpoints = connection.execute(
+        select(WebhookEndpoint.id, WebhookEndpoint.company_id, WebhookEndpoint.event_types).where(
+            WebhookEndpoint.company_id.in_(companies), WebhookEndpoint.status == "enabled"
+        )
+    ).all()
+    if not endpoints:
+        return 0
+    by_company: dict[uuid.UUID, list[Any]] = {}
+    for endpoint in endpoints:
+        by_company.setdefault(endpoint.company_id, []).append(endpoint)
+    now = utcnow_ms()
+    deliveries = [
+        {
+            "id": uuid.uuid4(),
+            "endpoint_id": endpoint.id,
+            "event_seq": event.seq,
+            "event_id": event.id,
+            "event_type": event.type,
+            "event_created_at": event.created_at,
+            "status": "pending",
+            "attempt_count": 0,
+            "next_attempt_at": now,
+            "created_at": now,
+        }
+        for event in events
+        for endpoint in by_company.get(event.company_id, ())
+        if subscribed(endpoint.event_types, event.type)
+    ]
+    if deliveries:
+        connection.execute(insert(WebhookDelivery), deliveries)
+    return len(deliveries)
+
+
+def sequence_and_fan_out(db: Database, *, limit: int = log.SEQUENCE_BATCH) -> int:
+    """One sequencing (at most `limit` events) with its deliveries; how many events.
+    Nothing waiting: a read answers, and no write lock is taken."""
+    with db.read_connection() as connection:
+        if not log.pending(connection):
+            return 0
+    with db.begin() as connection:
+        events = log.sequence(connection, limit=limit)
+        if events:
+            fan_out(connection, events)
+    for event in events:
+        metrics.EVENTS.labels(event.type).inc()
+    return len(events)
+
+
+def sequence_all(db: Database) -> int:
+    """Sequence until no committed event waits."""
+    total = 0
+    while True:
+        done = sequence_and_fan_out(db)
+        total += done
+        if done < log.SEQUENCE_BATCH:
+            return total
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    delivery_id: uuid.UUID
+    endpoint_id: uuid.UUID
+    event_id: str
+    url: str
+    secrets: tuple[str, ...]
+    body: bytes
+    attempt_count: int
+
+
+def _secrets(box: SecretBox, endpoint: Any, now: datetime) -> tuple[str, ...]:
+    current = box.open(endpoint.id, endpoint.secret)
+    if (
+        endpoint.previous_secret
+        and endpoint.previous_secret_until
+        and (endpoint.previous_secret_until > now)
+    ):
+        return (current, box.open(endpoint.id, endpoint.previous_secret))
+    return (current,)
+
+
+def claim(
+    db: Database,
+    box: SecretBox,
+    *,
+    limit: int,
+    in_flight: Mapping[uuid.UUID, int],
+    per_endpoint: int,
+    lease: timedelta,
+) -> list[Claimed]:
+    """Due deliveries for this process: at most `limit`, and per endpoint no more than
+    `per_endpoint` with those already `in_flight` here; each leased for `lease`."""
+    now = utcnow()
+    full = [endpoint for endpoint, n in in_flight.items() if n >= per_endpoint]
+    with db.read_connection() as connection:
+        if not connection.scalar(
+            select(
+                exists().where(
+                    WebhookDelivery.status == "pending", WebhookDelivery.next_attempt_at <= now
+                )
+            )
+        ):
+            return []
+    with db.begin() as connection:
+        due = (
+            select(
+                WebhookDelivery.id,
+                WebhookDelivery.endpoint_id,
+                WebhookDelivery.event_seq,
+                WebhookDelivery.attempt_count,
+            )
+            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
+            .where(
+                WebhookDelivery.status == "pending",
+                WebhookDelivery.next_attempt_at <= now,
+                WebhookEndpoint.status == "enabled",
+            )
+        )
+        if full:
+            due = due.where(WebhookDelivery.endpoint_id.not_in(full))
+        candidates = connection.execute(
+            due.order_by(WebhookDelivery.next_attempt_at)
+            .limit(limit * 4)
+            .with_for_update(skip_locked=True, of=WebhookDelivery)
+        ).all()
+        taken: dict[uuid.UUID, int] = dict(in_flight)
+        picked: list[Any] = []
+        for row in candidates:
+            if len(picked) == limit:
+                break
+            if taken.get(row.endpoint_id, 0) < per_endpoint:
+                taken[row.endpoint_id] = taken.get(row.endpoint_id, 0) + 1
+                picked.append(row)
+        if not picked:
+            return []
+        connection.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id.in_([row.id for row in picked]))
+            .values(next_attempt_at=now + lease)
+        )
+        endpoints = {
+            row.id: row
+            for row in connection.execute(
+                select(WebhookEndpoint).where(
+                    WebhookEndpoint.id.in_({row.endpoint_id for row in picked})
+                )
+            )
+        }
+        events = connection.execute(
+            select(Event.__table__).where(Event.seq.in_({row.event_seq for row in picked}))
+        ).all()
+        bodies = {
+            event.seq: orjson.dumps(json)
+            for event, json in zip(events, render(connection, events), strict=True)
+        }
+        ids = {event.seq: str(event.id) for event in events}
+    return [
+        Claimed(
+            delivery_id=row.id,
+            endpoint_id=row.endpoint_id,
+            event_id=ids[row.event_seq],
+            url=endpoints[row.endpoint_id].url,
+            secrets=_secrets(box, endpoints[row.endpoint_id], now),
+            body=bodies[row.event_seq],
+            attempt_count=row.attempt_count,
+        )
+        for row in picked
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    at: datetime
+    duration_ms: int
+    status_code: int | None = None
+    error: str | None = None
+
+    @property
+    def delivered(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def next_delay(schedule: Sequence[float], attempts: int) -> float | None:
+    """Seconds until the next attempt after `attempts` failed ones (with jitter); None
+    once the schedule is spent."""
+    if attempts > len(schedule):
+        return None
+    delay = schedule[attempts - 1]
+    return delay * (1 + random.uniform(0, JITTER))  # noqa: S311 (spreading retries, not security)
+
+
+def record(
+    db: Database,
+    claimed: Claimed,
+    outcome: Outcome,
+    *,
+    schedule: Sequence[float],
+    disable_after: timedelta,
+) -> str:
+    """Store the attempt and what follows: `delivered`, `retry` or `failed`; `gone` if
+    the delivery was removed meanwhile (its endpoint deleted)."""
+    attempts = claimed.attempt_count + 1
+    values: dict[str, Any]
+    if outcome.delivered:
+        state, values = "delivered", {"status": "delivered", "next_attempt_at": None}
+    else:
+        delay = next_delay(schedule, attempts)
+        if delay is None:
+            state, values = "failed", {"status": "failed", "next_attempt_at": None}
+        else:
+            state = "retry"
+            values = {"next_attempt_at": outcome.at + timedelta(seconds=delay)}
+    with db.begin() as connection:
+        moved = connection.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id == claimed.delivery_id, WebhookDelivery.status == "pending")
+            .values(attempt_count=attempts, **values)
+        ).rowcount
+        if not moved:
+            return "gone"
+        connection.execute(
+            insert(WebhookAttempt),
+            [
+                {
+                    "delivery_id": claimed.delivery_id,
+                    "at": outcome.at,
+                    "status_code": outcome.status_code,
+                    "error": outcome.error[:500] if outcome.error else None,
+                    "duration_ms": outcome.duration_ms,
+                }
+            ],
+        )
+        if outcome.delivered:
+            connection.execute(
+                update(WebhookEndpoint)
+                .where(
+                    WebhookEndpoint.id == claimed.endpoint_id,
+                    WebhookEndpoint.failing_since.is_not(None),
+                )
+                .values(failing_since=None)
+            )
+        else:
+            _note_failure(connection, claimed.endpoint_id, outcome.at, disable_after)
+    metrics.ATTEMPTS.labels(state).inc()
+    metrics.ATTEMPT_SECONDS.observe(outcome.duration_ms / 1000)
+    return state
+
+
+def _note_failure(
+    connection: Connection, endpoint_id: uuid.UUID, at: datetime, disable_after: timedelta
+) -> None:
+    """The endpoint fails since its first failure after its last success; past
+    `disable_after` of that it is disabled, and a `webhook_endpoint.disabled` event
+    says so (in this database transaction)."""
+    connection.execute(
+        update(WebhookEndpoint)
+        .where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.failing_since.is_(None))
+        .values(failing_since=at)
+    )
+    now = utcnow_ms()
+    disabled = connection.execute(
+        update(WebhookEndpoint)
+        .where(
+            WebhookEndpoint.id == endpoint_id,
+            WebhookEndpoint.status == "enabled",
+            WebhookEndpoint.failing_since <= at - disable_after,
+        )
+        .values(status="disabled", updated_at=now)
+        .returning(*WebhookEndpoint.__table__.c)
+    ).one_or_none()
+    if disabled is None:
+        return
+    days = disable_after.total_seconds() / 86400
+    outbox.write(
+        connection,
+        [
+            outbox.event(
+                "webhook_endpoint.disabled",
+                company_id=disabled.company_id,
+                data=disabled_view(disabled, reason=f"every attempt failed for {days:g} days"),
+            )
+        ],
+    )
+    metrics.DISABLED.inc()
+    log_.warning("webhook endpoint disabled", endpoint=str(endpoint_id))
+
+
+def disabled_view(row: Any, *, reason: str) -> dict[str, Any]:
+    """The `webhook_endpoint.disabled` event's data: the endpoint, never its secret."""
+    return {
+        "id": str(row.id),
+        "url": row.url,
+        "event_types": list(row.event_types),
+        "description": row.description,
+        "status": row.status,
+        "created_at": iso_ms(row.created_at),
+        "updated_at": iso_ms(row.updated_at),
+        "reason": reason,
+    }
+
+
+def oldest_pending_seconds(db: Database) -> float:
+    """Age of the oldest event whose delivery is pending (0 when none is)."""
+    with db.read_connection() as connection:
+        oldest = connection.scalar(
+            select(func.min(WebhookDelivery.event_created_at)).where(
+                WebhookDelivery.status == "pending"
+            )
+        )
+    if oldest is None:
+        return 0.0
+    return max(0.0, (utcnow() - oldest).total_seconds())

@@ -1,0 +1,76 @@
+"""The event feed (`GET /platform/v1/events`): a company's events in log order, after an
+opaque cursor, every event exactly once (see `events.log` for why the order is the
+order of commits and no event is ever passed)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from headwater.db import Database
+from headwater.events import log
+from headwater.webhooks import dispatch
+from headwater.webhooks.errors import CursorExpired, InvalidCursor
+from headwater.webhooks.rendering import render
+
+_CURSOR_PREFIX = "p:"
+
+
+def encode(position: int) -> str:
+    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{position}".encode()).decode().rstrip("=")
+
+
+def decode(cursor: str | None) -> int:
+    """The position a cursor names; 400 for anything that is not one of ours."""
+    if cursor is None:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        text = ""
+    digits = text.removeprefix(_CURSOR_PREFIX)
+    if not text.startswith(_CURSOR_PREFIX) or not digits.isdigit() or len(digits) > 18:
+        raise InvalidCursor(
+            "`after` is not a cursor this feed gave; pass a `next_cursor` as it came, or "
+            "leave `after` out to read from the oldest event kept.",
+            errors=[{"location": "query", "field": "after", "message": "not a cursor"}],
+        )
+    return int(digits)
+
+
+def page(
+    db: Database,
+    *,
+    company_id: uuid.UUID,
+    cursor: str | None,
+    types: Sequence[str] | None,
+    limit: int,
+) -> dict[str, Any]:
+    """`{"data", "next_cursor"}`. Events committed but not yet given a position are
+    given one first (with their deliveries), so a reader sees its own writes at once."""
+    position = decode(cursor)
+    with db.read_connection() as connection:
+        if position > log.head(connection):
+            raise InvalidCursor(
+                "`after` points past the end of the log; pass a `next_cursor` as it came.",
+                errors=[{"location": "query", "field": "after", "message": "not a cursor"}],
+            )
+        waiting = log.pending(connection)
+    if waiting:
+        dispatch.sequence_all(db)
+    with db.read_connection() as connection:
+        rows = log.after(
+            connection, company_id=company_id, position=position, types=types, limit=limit
+        )
+        # read after the rows: retention that removed events behind this cursor, while
+        # they were read, shows here
+        if cursor is not None and position < log.horizon(connection, company_id):
+            raise CursorExpired(
+                "Events after this cursor were removed (kept "
+                "HEADWATER_EVENT_RETENTION_DAYS days); start again without `after`.",
+            )
+        data = render(connection, rows)
+    return {"data": data, "next_cursor": encode(rows[-1].pos if rows else position)}

@@ -1,0 +1,209 @@
+"""The delivery loop run by every worker (`headwater worker`, and `serve` with its
+worker on): sequences the event log, claims due deliveries and POSTs them.
+
+Each attempt: the URL's host is resolved and every address checked (contract section
+13), then the request goes to the checked address itself (TLS still verifies the host's
+name), so a DNS answer that changes after the check cannot point it elsewhere. The body
+is the event's JSON; the headers carry the Standard Webhooks signature. A 2xx within
+the timeout is delivered; anything else is a failed attempt. Redirects are not
+followed, no proxy from the environment is used, and at most 64 KiB of an answer is
+read.
+
+Slots: at most `webhook_concurrency` attempts in flight in this process, and at most
+`webhook_endpoint_concurrency` per endpoint, so a slow receiver holds a few slots and
+never delays another's deliveries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from datetime import timedelta
+
+import anyio.to_thread
+import httpx
+import structlog
+
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.kit.clock import utcnow_ms
+from headwater.webhooks import addresses, crypto, dispatch, metrics
+from headwater.webhooks.dispatch import Claimed, Outcome
+
+log = structlog.get_logger("headwater.webhooks")
+
+MAX_ANSWER_BYTES = 65536
+USER_AGENT = "Headwater-Webhooks/1"
+# how often the oldest pending delivery's age is measured for the metric
+GAUGE_SECONDS = 5.0
+
+
+def headers(claimed: Claimed, timestamp: int) -> dict[str, str]:
+    signatures = " ".join(
+        crypto.signature(secret, claimed.event_id, timestamp, claimed.body)
+        for secret in claimed.secrets
+    )
+    return {
+        "content-type": "application/json",
+        "webhook-id": claimed.event_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signatures,
+        "user-agent": USER_AGENT,
+    }
+
+
+class Deliverer:
+    """One process's delivery loop and its attempts in flight."""
+
+    def __init__(self, db: Database, box: crypto.SecretBox, settings: Settings) -> None:
+        self.db = db
+        self.box = box
+        self.settings = settings
+        self.timeout = settings.webhook_timeout_seconds
+        # an attempt's lease: its timeout and a margin for recording it
+        self.lease = timedelta(seconds=self.timeout + 15)
+        self.in_flight: dict[uuid.UUID, int] = defaultdict(int)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.freed = asyncio.Event()
+        self.clients: dict[uuid.UUID, httpx.AsyncClient] = {}
+        self._gauge_at = 0.0
+
+    def _client(self, endpoint_id: uuid.UUID) -> httpx.AsyncClient:
+        client = self.clients.get(endpoint_id)
+        if client is None:
+            client = httpx.AsyncClient(
+                follow_redirects=False,
+                trust_env=False,
+                timeout=self.timeout,
+                limits=httpx.Limits(
+                    max_connections=self.settings.webhook_endpoint_concurrency,
+                    max_keepalive_connections=self.settings.webhook_endpoint_concurrency,
+                ),
+            )
+            self.clients[endpoint_id] = client
+        return client
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop`: sequence, claim, attempt; then let attempts in flight finish
+        (up to the shutdown timeout; any left are leased and run again elsewhere)."""
+        try:
+            while not stop.is_set():
+                try:
+                    busy = await self._step()
+                except Exception as exc:  # the database is briefly away: try again soon
+                    log.warning("webhook loop unavailable", error=str(exc).splitlines()[0])
+                    busy = False
+                if busy:
+                    continue
+                self.freed.clear()
+                stopping = asyncio.ensure_future(stop.wait())
+                freed = asyncio.ensure_future(self.freed.wait())
+                await asyncio.wait(
+                    {stopping, freed},
+                    timeout=self.settings.webhook_poll_seconds,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                stopping.cancel()
+                freed.cancel()
+        finally:
+            if self.tasks:
+                await asyncio.wait(self.tasks, timeout=self.settings.shutdown_timeout_seconds)
+            for client in self.clients.values():
+                await client.aclose()
+
+    async def _step(self) -> bool:
+        """One round; True if it found work (so the next round starts at once)."""
+        sequenced = await anyio.to_thread.run_sync(dispatch.sequence_and_fan_out, self.db)
+        free = self.settings.webhook_concurrency - len(self.tasks)
+        claimed: list[Claimed] = []
+        if free > 0:
+            claimed = await anyio.to_thread.run_sync(
+                lambda: dispatch.claim(
+                    self.db,
+                    self.box,
+                    limit=free,
+                    in_flight=dict(self.in_flight),
+                    per_endpoint=self.settings.webhook_endpoint_concurrency,
+                    lease=self.lease,
+                )
+            )
+        for item in claimed:
+            self.in_flight[item.endpoint_id] += 1
+            task = asyncio.create_task(self._attempt(item))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        now = time.monotonic()
+        if now - self._gauge_at > GAUGE_SECONDS:
+            self._gauge_at = now
+            age = await anyio.to_thread.run_sync(dispatch.oldest_pending_seconds, self.db)
+            metrics.OLDEST_PENDING.set(age)
+        return bool(sequenced) or len(claimed) == free > 0
+
+    async def _attempt(self, claimed: Claimed) -> None:
+        try:
+            outcome = await self.post(claimed)
+            await anyio.to_thread.run_sync(
+                lambda: dispatch.record(
+                    self.db,
+                    claimed,
+                    outcome,
+                    schedule=self.settings.webhook_retry_schedule,
+                    disable_after=timedelta(seconds=self.settings.webhook_disable_after_seconds),
+                )
+            )
+        except Exception:
+            # not recorded: the lease runs out and the delivery is attempted again
+            log.exception("webhook attempt not recorded", delivery=str(claimed.delivery_id))
+        finally:
+            self.in_flight[claimed.endpoint_id] -= 1
+            if not self.in_flight[claimed.endpoint_id]:
+                del self.in_flight[claimed.endpoint_id]
+            self.freed.set()
+
+    async def post(self, claimed: Claimed) -> Outcome:
+        at = utcnow_ms()
+        started = time.perf_counter()
+
+        def outcome(status_code: int | None = None, error: str | None = None) -> Outcome:
+            took = round((time.perf_counter() - started) * 1000)
+            return Outcome(at=at, duration_ms=took, status_code=status_code, error=error)
+
+        try:
+            target = addresses.parse(claimed.url, allow_http=self.settings.webhook_allow_http)
+            checked = await addresses.resolve(
+                target, allow_private=self.settings.webhook_allow_private
+            )
+        except addresses.Refused as exc:
+            return outcome(error=f"refused: {exc}")
+        pinned = target.url.copy_with(host=checked[0].split("%", 1)[0])
+        request_headers = headers(claimed, int(time.time()))
+        request_headers["host"] = target.url.netloc.decode("ascii")
+        extensions = {"sni_hostname": target.host} if target.url.scheme == "https" else {}
+        client = self._client(claimed.endpoint_id)
+        try:
+            async with asyncio.timeout(self.timeout):
+                request = client.build_request(
+                    "POST",
+                    pinned,
+                    content=claimed.body,
+                    headers=request_headers,
+                    extensions=extensions,
+                )
+                response = await client.send(request, stream=True)
+                try:
+                    read = 0
+                    async for chunk in response.aiter_raw():
+                        read += len(chunk)
+                        if read >= MAX_ANSWER_BYTES:
+                            break
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            return outcome(error=f"timed out after {self.timeout:g} s")
+        except httpx.HTTPError as exc:
+            return outcome(error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        if 300 <= response.status_code < 400:
+            return outcome(response.status_code, "redirects are not followed")
+        return outcome(response.status_code)

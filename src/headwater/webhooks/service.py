@@ -1,0 +1,263 @@
+"""Webhook endpoints (scope `webhooks:manage`): create, read, change, delete, rotate the
+secret; their deliveries; replay. Every query starts from the caller's company
+(`_owned`), so another company's endpoint answers 404."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from headwater.events.models import Event
+from headwater.kit.actor import Actor
+from headwater.kit.clock import utcnow_ms
+from headwater.kit.pagination import Page
+from headwater.webhooks import addresses
+from headwater.webhooks.crypto import SecretBox, new_secret
+from headwater.webhooks.errors import EndpointNotFound, InvalidWebhookURL
+from headwater.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from headwater.webhooks.schemas import (
+    AttemptRead,
+    DeliveryQuery,
+    DeliveryRead,
+    EndpointCreate,
+    EndpointRead,
+    EndpointUpdate,
+    ReplayIn,
+)
+
+# how long the secret before a rotation still signs deliveries
+PREVIOUS_SECRET_HOURS = 24
+
+
+@dataclass(frozen=True, slots=True)
+class UrlRules:
+    allow_http: bool
+    allow_private: bool
+
+
+def check_url(url: str, rules: UrlRules) -> None:
+    """400 naming why a URL may not receive webhooks (contract section 13)."""
+    try:
+        target = addresses.parse(url, allow_http=rules.allow_http)
+        addresses.check(target, allow_private=rules.allow_private)
+    except addresses.Refused as exc:
+        raise InvalidWebhookURL(
+            f"The URL cannot receive webhooks: {exc}.",
+            errors=[{"location": "body", "field": "/url", "message": str(exc)}],
+        ) from None
+
+
+def view(row: WebhookEndpoint) -> EndpointRead:
+    return EndpointRead.model_validate(row)
+
+
+def create_endpoint(
+    session: Session, *, actor: Actor, data: EndpointCreate, box: SecretBox, rules: UrlRules
+) -> tuple[WebhookEndpoint, str]:
+    """The new endpoint and its secret (the only time it is shown, but for rotations)."""
+    check_url(data.url, rules)
+    now = utcnow_ms()
+    endpoint_id = uuid.uuid4()
+    secret = new_secret()
+    row = WebhookEndpoint(
+        id=endpoint_id,
+        company_id=actor.company_id,
+        url=data.url,
+        event_types=list(data.event_types),
+        description=data.description,
+        status="enabled",
+        secret=box.seal(endpoint_id, secret),
+        author_id=actor.author_id,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row, secret
+
+
+def _owned(session: Session, company_id: uuid.UUID, endpoint_id: uuid.UUID) -> WebhookEndpoint:
+    row = session.scalar(
+        select(WebhookEndpoint).where(
+            WebhookEndpoint.id == endpoint_id, WebhookEndpoint.company_id == company_id
+        )
+    )
+    if row is None:
+        raise EndpointNotFound(f"No webhook endpoint has the id {endpoint_id}.")
+    return row
+
+
+def get_endpoint(
+    session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID
+) -> WebhookEndpoint:
+    return _owned(session, company_id, endpoint_id)
+
+
+def list_endpoints(session: Session, *, company_id: uuid.UUID, params: Any) -> Page[EndpointRead]:
+    where = WebhookEndpoint.company_id == company_id
+    total = session.scalar(select(func.count()).select_from(WebhookEndpoint).where(where)) or 0
+    rows = session.scalars(
+        select(WebhookEndpoint)
+        .where(where)
+        .order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)
+        .offset(params.offset)
+        .limit(params.page_size)
+    ).all()
+    return Page[EndpointRead].of([view(r) for r in rows], params=params, total=total)
+
+
+def update_endpoint(
+    session: Session,
+    *,
+    company_id: uuid.UUID,
+    endpoint_id: uuid.UUID,
+    changes: EndpointUpdate,
+    rules: UrlRules,
+) -> WebhookEndpoint:
+    row = _owned(session, company_id, endpoint_id)
+    values = changes.changes()
+    if "url" in values:
+        check_url(values["url"], rules)
+    for name, value in values.items():
+        setattr(row, name, list(value) if name == "event_types" else value)
+    if values.get("status") == "enabled":
+        row.failing_since = None  # a fresh start: five more days before it is disabled again
+    row.updated_at = utcnow_ms()
+    session.flush()
+    return row
+
+
+def delete_endpoint(session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID) -> None:
+    """The endpoint, its deliveries and their attempts."""
+    row = _owned(session, company_id, endpoint_id)
+    deliveries = select(WebhookDelivery.id).where(WebhookDelivery.endpoint_id == row.id)
+    session.execute(delete(WebhookAttempt).where(WebhookAttempt.delivery_id.in_(deliveries)))
+    session.execute(delete(WebhookDelivery).where(WebhookDelivery.endpoint_id == row.id))
+    session.delete(row)
+    session.flush()
+
+
+def rotate_secret(
+    session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID, box: SecretBox
+) -> str:
+    """A new secret; the current one keeps signing (beside it) for 24 h."""
+    row = _owned(session, company_id, endpoint_id)
+    secret = new_secret()
+    row.previous_secret = row.secret
+    row.previous_secret_until = utcnow_ms() + timedelta(hours=PREVIOUS_SECRET_HOURS)
+    row.secret = box.seal(row.id, secret)
+    row.updated_at = utcnow_ms()
+    session.flush()
+    return secret
+
+
+def list_deliveries(
+    session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID, query: DeliveryQuery
+) -> Page[DeliveryRead]:
+    """An endpoint's deliveries, newest first, each with its attempts."""
+    endpoint = _owned(session, company_id, endpoint_id)
+    where = [WebhookDelivery.endpoint_id == endpoint.id]
+    if query.status:
+        where.append(WebhookDelivery.status == query.status)
+    total = session.scalar(select(func.count()).select_from(WebhookDelivery).where(*where)) or 0
+    rows = session.scalars(
+        select(WebhookDelivery)
+        .where(*where)
+        .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.event_seq.desc())
+        .offset(query.offset)
+        .limit(query.page_size)
+    ).all()
+    attempts: dict[uuid.UUID, list[AttemptRead]] = {row.id: [] for row in rows}
+    if rows:
+        for attempt in session.scalars(
+            select(WebhookAttempt)
+            .where(WebhookAttempt.delivery_id.in_(list(attempts)))
+            .order_by(WebhookAttempt.id)
+        ):
+            attempts[attempt.delivery_id].append(AttemptRead.model_validate(attempt))
+    items = [
+        DeliveryRead(
+            id=row.id,
+            event_id=row.event_id,
+            event_type=row.event_type,
+            status=row.status,
+            attempts=attempts[row.id],
+            next_attempt_at=row.next_attempt_at if row.status == "pending" else None,
+            created_at=row.created_at,
+        )
+        for row in rows
+    ]
+    return Page[DeliveryRead].of(items, params=query, total=total)
+
+
+def replay(
+    session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID, body: ReplayIn
+) -> int:
+    """Queue again each event of the window that the endpoint subscribes to (all, or only
+    those whose delivery failed): a delivery that exists starts the retry schedule over
+    (its attempts kept), and an event the endpoint never had gets a delivery. The same
+    event id, so a receiver that dedupes on `webhook-id` sees a repeat."""
+    endpoint = _owned(session, company_id, endpoint_id)
+    now = utcnow_ms()
+    until = body.until or now + timedelta(milliseconds=1)
+    matching = [
+        Event.company_id == company_id,
+        Event.created_at >= body.since,
+        Event.created_at < until,
+        Event.pos.is_not(None),
+    ]
+    if "*" not in endpoint.event_types:
+        matching.append(Event.type.in_(endpoint.event_types))
+    in_window = select(Event.seq).where(*matching)
+    requeue = update(WebhookDelivery).where(
+        WebhookDelivery.endpoint_id == endpoint.id,
+        WebhookDelivery.event_seq.in_(in_window),
+        WebhookDelivery.status == "failed"
+        if body.only_failed
+        else WebhookDelivery.status != "pending",
+    )
+    result = session.execute(requeue.values(status="pending", attempt_count=0, next_attempt_at=now))
+    queued = result.rowcount  # type: ignore[attr-defined]
+    if not body.only_failed:
+        missing = (
+            select(Event.seq, Event.id, Event.type, Event.created_at)
+            .where(*matching)
+            .where(
+                ~select(WebhookDelivery.id)
+                .where(
+                    and_(
+                        WebhookDelivery.endpoint_id == endpoint.id,
+                        WebhookDelivery.event_seq == Event.seq,
+                    )
+                )
+                .exists()
+            )
+        )
+        rows = session.execute(missing).all()
+        if rows:
+            session.execute(
+                insert(WebhookDelivery),
+                [
+                    {
+                        "id": uuid.uuid4(),
+                        "endpoint_id": endpoint.id,
+                        "event_seq": row.seq,
+                        "event_id": row.id,
+                        "event_type": row.type,
+                        "event_created_at": row.created_at,
+                        "status": "pending",
+                        "attempt_count": 0,
+                        "next_attempt_at": now,
+                        "created_at": now,
+                    }
+                    for row in rows
+                ],
+            )
+        queued += len(rows)
+    session.flush()
+    return int(queued)
