@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -82,10 +82,8 @@ def running_receiver() -> Iterator[Receiver]:
                 self.send_header("Location", behaviour.location)
             self.send_header("Content-Length", "2")
             self.end_headers()
-            try:
+            with suppress(OSError):
                 self.wfile.write(b"ok")
-            except OSError:
-                pass
 
         def log_message(self, *args: Any) -> None:
             pass

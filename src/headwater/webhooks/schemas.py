@@ -286,7 +286,7 @@ class ReplayIn(Input):
     since: InputDateTime = Field(description="Events created at or after this time.")
     until: InputDateTime | None = Field(None, description="Events created before this time.")
     only_failed: bool = Field(
-        False, description="Only events whose delivery to this endpoint failed."
+        False, strict=True, description="Only events whose delivery to this endpoint failed."
     )
 
     @model_validator(mode="after")

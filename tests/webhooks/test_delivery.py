@@ -1,0 +1,359 @@
+"""Deliveries over real HTTP to a receiver on loopback: the Standard Webhooks signature
+(checked with the `standardwebhooks` package), retries, the log, replay, redirects,
+timeouts, addresses checked at each delivery, rotation, slow receivers, disabling
+(contract section 13)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+from starlette.testclient import TestClient
+
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.events import outbox
+from headwater.kit.clock import utcnow
+from headwater.webhooks.models import WebhookEndpoint
+from tests.webhooks.conftest import DELIVERING, HookTenant
+from tests.webhooks.receiver import Receiver
+
+ENDPOINTS = "/platform/v1/webhook_endpoints"
+
+
+def verified(secret: str, request: Any) -> dict[str, Any]:
+    """The body, once the standardwebhooks package accepts its signature."""
+    payload = Webhook(secret).verify(request.body, request.headers)
+    assert isinstance(payload, dict)
+    return payload
+
+
+def delivered(found: list[dict[str, Any]], n: int = 1) -> bool:
+    return len(found) >= n and all(d["status"] == "delivered" for d in found)
+
+
+def test_an_event_is_posted_signed_and_logged(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/hook"), ["transaction.completed"])
+    pushed = hooks.push(1)
+    (request,) = receiver.wait_for("/hook")
+    payload = verified(endpoint["secret"], request)
+    assert payload["type"] == "transaction.completed"
+    assert payload["data"]["transaction_id"] == pushed["transaction_id"]
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["webhook-id"] == payload["id"]
+    assert abs(int(request.headers["webhook-timestamp"]) - time.time()) < 60
+    # the body is the event exactly as the feed answers it
+    feed = [e for e in hooks.follow()[0] if e["id"] == payload["id"]]
+    assert feed == [payload]
+    (delivery,) = hooks.wait_deliveries(endpoint["id"], delivered)
+    assert delivery["event_id"] == payload["id"]
+    assert delivery["event_type"] == "transaction.completed"
+    assert delivery["next_attempt_at"] is None
+    (attempt,) = delivery["attempts"]
+    assert attempt["status_code"] == 200
+    assert attempt["error"] is None
+    assert attempt["duration_ms"] >= 0
+    # a signature with another secret, or a changed body, does not verify
+    with pytest.raises(WebhookVerificationError):
+        Webhook("whsec_" + "A" * 43 + "=").verify(request.body, request.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(endpoint["secret"]).verify(request.body + b" ", request.headers)
+
+
+def test_only_subscribed_types_are_sent(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    rejected_only = worker.endpoint(receiver.at("/rejected"), ["transaction.rejected"])
+    everything = worker.endpoint(receiver.at("/all"), ["*"])
+    hooks.push(1)
+    body = {"client_id": hooks.client_id, "dataset_id": "orders", "data": {"amount": -1}}
+    assert (
+        hooks.client.post("/platform/v1/data/json", json=body, headers=hooks.headers).status_code
+        == 422
+    )
+    receiver.wait_for("/all", 2)
+    (request,) = receiver.wait_for("/rejected")
+    assert verified(rejected_only["secret"], request)["type"] == "transaction.rejected"
+    types = sorted(verified(everything["secret"], r)["type"] for r in receiver.requests("/all"))
+    assert types == ["transaction.completed", "transaction.rejected"]
+    time.sleep(0.5)
+    assert len(receiver.requests("/rejected")) == 1
+
+
+def test_a_failed_attempt_is_retried_then_delivered(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/flaky", fail_first=1), ["transaction.completed"])
+    hooks.push(1)
+    first, second = receiver.wait_for("/flaky", 2)
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    # about a second apart (the schedule's first delay, with up to 10% jitter)
+    assert second.at - first.at >= 0.9
+    (delivery,) = hooks.wait_deliveries(endpoint["id"], delivered)
+    assert [a["status_code"] for a in delivery["attempts"]] == [500, 200]
+
+
+def test_after_the_last_retry_the_delivery_fails_and_replay_sends_it_again(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    since = utcnow() - timedelta(seconds=1)
+    endpoint = worker.endpoint(receiver.at("/down", status=503), ["transaction.completed"])
+    hooks.push(1)
+    (delivery,) = hooks.wait_deliveries(
+        endpoint["id"], lambda found: bool(found) and found[0]["status"] == "failed"
+    )
+    # the first attempt and the schedule's two retries
+    assert [a["status_code"] for a in delivery["attempts"]] == [503, 503, 503]
+    assert hooks.deliveries(endpoint["id"], status="failed") == [delivery]
+    assert hooks.deliveries(endpoint["id"], status="delivered") == []
+    receiver.behaviours["/down"].status = 204
+    response = hooks.client.post(
+        f"{ENDPOINTS}/{endpoint['id']}/replay",
+        json={"since": since.isoformat(), "only_failed": True},
+        headers=hooks.headers,
+    )
+    assert response.status_code == 202, response.text
+    assert response.json() == {"queued": 1}
+    (again,) = hooks.wait_deliveries(endpoint["id"], delivered)
+    assert [a["status_code"] for a in again["attempts"]] == [503, 503, 503, 204]
+    ids = {r.headers["webhook-id"] for r in receiver.requests("/down")}
+    assert ids == {delivery["event_id"]}
+
+
+def test_replay_of_a_window_sends_delivered_and_never_sent_events(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    since = utcnow() - timedelta(seconds=1)
+    hooks.push(1)  # before the endpoint exists: never sent
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/replay"), ["transaction.completed"])
+    hooks.push(2)
+    receiver.wait_for("/replay", 1)
+    hooks.wait_deliveries(endpoint["id"], delivered)
+    response = hooks.client.post(
+        f"{ENDPOINTS}/{endpoint['id']}/replay",
+        json={"since": since.isoformat(), "until": (utcnow() + timedelta(seconds=1)).isoformat()},
+        headers=hooks.headers,
+    )
+    assert response.json() == {"queued": 2}
+    requests = receiver.wait_for("/replay", 3)
+    ids = [r.headers["webhook-id"] for r in requests]
+    assert len(set(ids)) == 2 and ids.count(ids[0]) == 2
+    hooks.wait_deliveries(endpoint["id"], lambda found: delivered(found, 2))
+    # a window with nothing in it queues nothing
+    empty = hooks.client.post(
+        f"{ENDPOINTS}/{endpoint['id']}/replay",
+        json={"since": "2020-01-01T00:00:00Z", "until": "2020-01-02T00:00:00Z"},
+        headers=hooks.headers,
+    )
+    assert empty.json() == {"queued": 0}
+
+
+def test_redirects_are_not_followed(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    target = receiver.at("/elsewhere")
+    endpoint = worker.endpoint(
+        receiver.at("/moved", status=307, location=target), ["transaction.completed"]
+    )
+    hooks.push(1)
+    receiver.wait_for("/moved")
+    (delivery,) = hooks.wait_deliveries(endpoint["id"], lambda f: bool(f and f[0]["attempts"]))
+    attempt = delivery["attempts"][0]
+    assert attempt["status_code"] == 307
+    assert attempt["error"] == "redirects are not followed"
+    assert delivery["status"] == "pending"
+    assert receiver.requests("/elsewhere") == []
+
+
+def test_a_slow_answer_times_out(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/slow", delay=4), ["transaction.completed"])
+    hooks.push(1)
+    (delivery,) = hooks.wait_deliveries(
+        endpoint["id"], lambda f: bool(f and f[0]["attempts"]), timeout=20
+    )
+    attempt = delivery["attempts"][0]
+    assert attempt["status_code"] is None
+    assert attempt["error"] == "timed out after 2 s"
+    assert 1900 <= attempt["duration_ms"] < 4000
+
+
+def test_a_slow_receiver_does_not_delay_another(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver, settings: Settings
+) -> None:
+    worker = hooks.using(delivering)
+    worker.endpoint(receiver.at("/sluggish", delay=1.5), ["dataset.schema_version_added"])
+    healthy = worker.endpoint(receiver.at("/healthy"), ["dataset.schema_version_added"])
+    # twelve events committed together
+    db = Database(settings)
+    try:
+        with db.begin() as connection:
+            outbox.write(
+                connection,
+                [
+                    outbox.event(
+                        "dataset.schema_version_added",
+                        company_id=uuid.UUID(hooks.company_id),
+                        data={
+                            "client_id": hooks.client_id,
+                            "dataset_id": "orders",
+                            "schema_version": n,
+                        },
+                    )
+                    for n in range(12)
+                ],
+            )
+    finally:
+        db.dispose()
+    receiver.wait_for("/healthy", 12)
+    healthy_done = max(r.at for r in receiver.requests("/healthy"))
+    sluggish = sorted(r.at for r in receiver.wait_for("/sluggish", 12, timeout=30))
+    # at most 4 in flight to the slow one: its 5th request waits for a 1.5 s answer, and
+    # the healthy one had all twelve before then
+    assert sluggish[4] - sluggish[0] >= 1.4
+    assert sluggish[8] - sluggish[0] >= 2.9
+    assert healthy_done < sluggish[4]
+    assert delivered(hooks.deliveries(healthy["id"]), 12)
+
+
+def test_after_a_rotation_both_secrets_sign_for_a_day(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/rotated"), ["transaction.completed"])
+    rotated = hooks.client.post(
+        f"{ENDPOINTS}/{endpoint['id']}/rotate_secret", headers=hooks.headers
+    ).json()["secret"]
+    hooks.push(1)
+    (request,) = receiver.wait_for("/rotated")
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    assert verified(rotated, request) == verified(endpoint["secret"], request)
+
+
+def test_a_disabled_endpoint_gets_nothing_until_enabled(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/paused"), ["transaction.completed"])
+    path = f"{ENDPOINTS}/{endpoint['id']}"
+    hooks.client.patch(path, json={"status": "disabled"}, headers=hooks.headers)
+    hooks.push(1)
+    hooks.events()  # sequenced: a disabled endpoint gets no delivery
+    time.sleep(1)
+    assert receiver.requests("/paused") == []
+    assert hooks.deliveries(endpoint["id"]) == []
+    hooks.client.patch(path, json={"status": "enabled"}, headers=hooks.headers)
+    hooks.push(2)
+    (request,) = receiver.wait_for("/paused")
+    assert verified(endpoint["secret"], request)["data"]["records_received"] == 1
+
+
+def test_an_address_refused_at_delivery_fails_the_attempt(
+    hooks: HookTenant, make_client: Callable[..., TestClient], receiver: Receiver
+) -> None:
+    """The endpoint was allowed where it was made; the delivering worker does not allow
+    loopback: each attempt checks again, and nothing reaches the receiver."""
+    created_on = hooks.using(make_client(webhook_allow_http=True, webhook_allow_private=True))
+    endpoint = created_on.endpoint(receiver.at("/private"), ["transaction.completed"])
+    make_client(**DELIVERING | {"webhook_allow_private": False})
+    hooks.push(1)
+    (delivery,) = hooks.wait_deliveries(endpoint["id"], lambda f: bool(f and f[0]["attempts"]))
+    assert delivery["attempts"][0]["status_code"] is None
+    assert "loopback" in delivery["attempts"][0]["error"]
+    assert receiver.requests("/private") == []
+
+
+def test_dns_rebinding_is_caught_at_delivery(
+    hooks: HookTenant,
+    make_client: Callable[..., TestClient],
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name that resolved to a public address when the endpoint was made, and to
+    loopback when the event is sent: the attempt fails and no request is made. (The
+    resolver is the one thing replaced: no name resolves to a public address here, and
+    nothing may be sent to one.)"""
+    port = int(receiver.url.rsplit(":", 1)[1])
+    answers = iter(["93.184.216.34"])
+    real = socket.getaddrinfo
+
+    def rebinding(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "rebind.test":
+            address = next(answers, "127.0.0.1")
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    strict = hooks.using(make_client(webhook_allow_http=True))
+    endpoint = strict.endpoint(f"http://rebind.test:{port}/rebound", ["transaction.completed"])
+    make_client(**DELIVERING | {"webhook_allow_private": False})
+    hooks.push(1)
+    (delivery,) = hooks.wait_deliveries(endpoint["id"], lambda f: bool(f and f[0]["attempts"]))
+    assert "rebind.test resolves to a loopback address" in delivery["attempts"][0]["error"]
+    assert receiver.requests("/rebound") == []
+
+
+def test_an_endpoint_failing_for_five_days_is_disabled_with_an_event(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver, settings: Settings
+) -> None:
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/dead", status=500), ["transaction.completed"])
+    hooks.push(1)
+    hooks.wait_deliveries(endpoint["id"], lambda f: bool(f and f[0]["attempts"]))
+    db = Database(settings)
+    try:
+        with db.begin() as connection:
+            connection.execute(
+                update(WebhookEndpoint)
+                .where(WebhookEndpoint.id == uuid.UUID(endpoint["id"]))
+                .values(failing_since=utcnow() - timedelta(days=5, minutes=1))
+            )
+    finally:
+        db.dispose()
+    path = f"{ENDPOINTS}/{endpoint['id']}"
+    deadline = time.monotonic() + 20
+    while hooks.client.get(path, headers=hooks.headers).json()["status"] != "disabled":
+        assert time.monotonic() < deadline, "never disabled"
+        time.sleep(0.1)
+    events = [e for e in hooks.follow()[0] if e["type"] == "webhook_endpoint.disabled"]
+    assert len(events) == 1
+    assert events[0]["data"]["id"] == endpoint["id"]
+    assert events[0]["data"]["status"] == "disabled"
+    assert "secret" not in json.dumps(events[0])
+    # a success clears the failing time: enabled again, it has five more days
+    receiver.behaviours["/dead"].status = 200
+    hooks.client.patch(path, json={"status": "enabled"}, headers=hooks.headers)
+    hooks.wait_deliveries(endpoint["id"], delivered)
+
+
+def test_a_deleted_endpoint_gets_nothing_more(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/gone", status=500), ["transaction.completed"])
+    hooks.push(1)
+    receiver.wait_for("/gone")
+    assert (
+        hooks.client.delete(f"{ENDPOINTS}/{endpoint['id']}", headers=hooks.headers).status_code
+        == 204
+    )
+    time.sleep(2.5)  # past the retry delay
+    assert len(receiver.requests("/gone")) == 1
