@@ -73,7 +73,16 @@ def _fuzz_tenant(url: str) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=30) as http:
         company = http.post("/admin/v1/companies", json={"name": "Fuzz"}, headers=admin)
         tenant = DataTenant(http, admin, company.json()["id"])  # type: ignore[arg-type]
-        scopes = ["workflows:read", "workflows:write", "data:read", "data:write", "activities:read"]
+        # not webhooks:manage: endpoints' URLs are resolved, and a fuzzer's names must not
+        # leave the machine as DNS queries
+        scopes = [
+            "workflows:read",
+            "workflows:write",
+            "data:read",
+            "data:write",
+            "activities:read",
+            "events:read",
+        ]
         credential = http.post(
             f"/admin/v1/companies/{company.json()['id']}/credentials",
             json={"name": "fuzz", "scopes": scopes},

@@ -35,7 +35,18 @@ from tests.tenants import Tenant
 
 MISSING_UUID = "00000000-0000-4000-8000-000000000000"
 MISSING_CLIENT = "crm-does-not-exist"
-EVERY_SCOPE = ["workflows:read", "workflows:write", "data:read", "data:write", "activities:read"]
+EVERY_SCOPE = [
+    "workflows:read",
+    "workflows:write",
+    "data:read",
+    "data:write",
+    "activities:read",
+    "events:read",
+    "webhooks:manage",
+]
+# A literal public address needs no DNS; the endpoint is disabled at once, so nothing is
+# ever sent to it (no worker claims a disabled endpoint's deliveries).
+NEVER_CALLED = "https://192.88.99.1/never"
 
 
 class Company:
@@ -59,6 +70,19 @@ class Company:
         self.task = tasks[0]["id"]
         self.pushed = self.files.push([{"order_id": "S-1", "amount": 1}]).json()["transaction_id"]
         self.file = self.files.upload(QUARANTINE_CSV)["transaction_id"]
+        hook = client.post(
+            "/platform/v1/webhook_endpoints",
+            json={"url": NEVER_CALLED, "event_types": ["*"]},
+            headers=self.headers,
+        )
+        assert hook.status_code == 201, hook.text
+        self.hook = hook.json()["id"]
+        disabled = client.patch(
+            f"/platform/v1/webhook_endpoints/{self.hook}",
+            json={"status": "disabled"},
+            headers=self.headers,
+        )
+        assert disabled.status_code == 200
 
 
 @dataclass(frozen=True)
@@ -202,13 +226,46 @@ MATRIX = [
         "/app/v1/activities/search",
         body={"filter": {"resource_id": "{category}"}},
     ),
+    Row(
+        "GET",
+        "/platform/v1/webhook_endpoints/{endpoint_id}",
+        "/platform/v1/webhook_endpoints/{hook}",
+    ),
+    Row(
+        "PATCH",
+        "/platform/v1/webhook_endpoints/{endpoint_id}",
+        "/platform/v1/webhook_endpoints/{hook}",
+        body={"description": "Taken over"},
+    ),
+    Row(
+        "DELETE",
+        "/platform/v1/webhook_endpoints/{endpoint_id}",
+        "/platform/v1/webhook_endpoints/{hook}",
+    ),
+    Row(
+        "POST",
+        "/platform/v1/webhook_endpoints/{endpoint_id}/rotate_secret",
+        "/platform/v1/webhook_endpoints/{hook}/rotate_secret",
+    ),
+    Row(
+        "GET",
+        "/platform/v1/webhook_endpoints/{endpoint_id}/deliveries",
+        "/platform/v1/webhook_endpoints/{hook}/deliveries",
+    ),
+    Row(
+        "POST",
+        "/platform/v1/webhook_endpoints/{endpoint_id}/replay",
+        "/platform/v1/webhook_endpoints/{hook}/replay",
+        body={"since": "2026-01-01T00:00:00Z"},
+    ),
 ]
 
 # Operations that name no company resource: lists of one's own company (checked below),
 # creates without references, the operator API (admin scope), and the public endpoints.
 NOT_IN_MATRIX = re.compile(
     r"^(/admin/|/oauth/|/\.well-known/|/healthz|/readyz|/metrics|/uploads/|/hooks/"
-    r"|/platform/v1/whoami$|/app/v1/workflow_categories$|/app/v1/workflow_templates$)"
+    r"|/platform/v1/whoami$|/app/v1/workflow_categories$|/app/v1/workflow_templates$"
+    r"|/platform/v1/events$|/platform/v1/webhook_endpoints$)"
 )
 
 
@@ -225,12 +282,23 @@ def _fill(value: Any, ids: dict[str, str]) -> Any:
 def _ids(company: Company) -> dict[str, str]:
     return {
         name: getattr(company, name)
-        for name in ("category", "template", "workflow", "task", "pushed", "file", "client_id")
+        for name in (
+            "category",
+            "template",
+            "workflow",
+            "task",
+            "pushed",
+            "file",
+            "client_id",
+            "hook",
+        )
     }
 
 
 MISSING = {
-    **dict.fromkeys(("category", "template", "workflow", "task", "pushed", "file"), MISSING_UUID),
+    **dict.fromkeys(
+        ("category", "template", "workflow", "task", "pushed", "file", "hook"), MISSING_UUID
+    ),
     "client_id": MISSING_CLIENT,
 }
 
@@ -317,6 +385,7 @@ def test_own_lists_hold_nothing_of_another_company(
         "/app/v1/workflows",
         "/platform/v1/transactions",
         "/platform/v1/datasets",
+        "/platform/v1/webhook_endpoints",
     ):
         listed = client.get(path, params={"page_size": 100}, headers=b.headers)
         assert listed.status_code == 200, listed.text
@@ -326,6 +395,10 @@ def test_own_lists_hold_nothing_of_another_company(
     search = client.post("/app/v1/activities/search", json={"page_size": 100}, headers=b.headers)
     assert search.json()["data"]
     shown = json.dumps(search.json())
+    assert not [value for value in everything_of_a if value in shown]
+    events = client.get("/platform/v1/events", params={"limit": 1000}, headers=b.headers).json()
+    assert events["data"]
+    shown = json.dumps(events)
     assert not [value for value in everything_of_a if value in shown]
 
 

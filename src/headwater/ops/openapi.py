@@ -73,6 +73,12 @@ _ERRORS: dict[str, tuple[str, str, str]] = {
     ),
     "404": ("not_found", "Not found", "No company has the id 6f1c...."),
     "409": ("conflict", "Conflict", "The ingestion client id 'acme-crm' is taken."),
+    "410": (
+        "cursor_expired",
+        "Cursor expired",
+        "Events after this cursor were removed (kept HEADWATER_EVENT_RETENTION_DAYS days); "
+        "start again without `after`.",
+    ),
     "413": (
         "payload_too_large",
         "Payload too large",
