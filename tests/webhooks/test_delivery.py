@@ -357,3 +357,37 @@ def test_a_deleted_endpoint_gets_nothing_more(
     )
     time.sleep(2.5)  # past the retry delay
     assert len(receiver.requests("/gone")) == 1
+
+
+def test_two_workers_send_each_event_once(
+    hooks: HookTenant,
+    make_client: Callable[..., TestClient],
+    receiver: Receiver,
+    settings: Settings,
+) -> None:
+    """Two delivering workers on one database (PostgreSQL: claims skip each other's
+    locked rows; SQLite: one writer at a time): every event arrives, none twice."""
+    make_client(**DELIVERING)
+    worker = hooks.using(make_client(**DELIVERING))
+    endpoint = worker.endpoint(receiver.at("/shared"), ["dataset.schema_version_added"])
+    db = Database(settings)
+    try:
+        for batch in range(4):
+            with db.begin() as connection:
+                outbox.write(
+                    connection,
+                    [
+                        outbox.event(
+                            "dataset.schema_version_added",
+                            company_id=uuid.UUID(hooks.company_id),
+                            data={"client_id": "c", "dataset_id": "d", "schema_version": n},
+                        )
+                        for n in range(batch * 25, batch * 25 + 25)
+                    ],
+                )
+    finally:
+        db.dispose()
+    hooks.wait_deliveries(endpoint["id"], lambda found: delivered(found, 100))
+    ids = [r.headers["webhook-id"] for r in receiver.requests("/shared")]
+    assert len(ids) == 100
+    assert len(set(ids)) == 100
