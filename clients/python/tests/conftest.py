@@ -30,7 +30,15 @@ SCHEMA = {
     },
     "required": ["order_id", "amount"],
 }
-SCOPES = ["data:read", "data:write", "workflows:read", "workflows:write", "activities:read"]
+SCOPES = [
+    "data:read",
+    "data:write",
+    "workflows:read",
+    "workflows:write",
+    "activities:read",
+    "events:read",
+    "webhooks:manage",
+]
 # Retries in tests wait milliseconds, not seconds, unless the service asks for more.
 FAST = RetryPolicy(max_retries=4, backoff_base=0.02, backoff_max=0.2)
 

@@ -26,6 +26,8 @@ from headwater_client.models import (
     Token,
     Transaction,
     UploadTicket,
+    WebhookDelivery,
+    WebhookEndpoint,
     WhoAmI,
     Workflow,
     WorkflowTask,
@@ -385,4 +387,75 @@ def put_file(ticket: UploadTicket, *, size: int, content: Callable[[], Any]) -> 
         headers=headers,
         auth=False,
         label=f"{ticket.method} upload URL of transaction {ticket.transaction_id}",
+    )
+
+
+# Webhook endpoints (scope webhooks:manage)
+
+ENDPOINTS = "/platform/v1/webhook_endpoints"
+
+
+def create_webhook_endpoint(
+    url: str, event_types: list[str], *, description: str = ""
+) -> Call[WebhookEndpoint]:
+    """A new endpoint; its `secret` is in this answer only (and in rotations')."""
+    body = {"url": url, "event_types": event_types, "description": description}
+    return resource("POST", ENDPOINTS, WebhookEndpoint, json=body)
+
+
+def webhook_endpoint(endpoint_id: str) -> Call[WebhookEndpoint]:
+    """One endpoint (never its secret)."""
+    return resource("GET", f"{ENDPOINTS}/{segment(endpoint_id)}", WebhookEndpoint)
+
+
+def webhook_endpoints(*, page_size: int = 100) -> PageCall[WebhookEndpoint]:
+    """The company's endpoints, oldest first."""
+    return pages(WebhookEndpoint, ENDPOINTS, query(page_size=page_size))
+
+
+def update_webhook_endpoint(endpoint_id: str, **changes: Any) -> Call[WebhookEndpoint]:
+    """Change `url`, `event_types`, `description` or `status` (enabled, disabled)."""
+    body = {name: value for name, value in changes.items() if value is not None}
+    return resource("PATCH", f"{ENDPOINTS}/{segment(endpoint_id)}", WebhookEndpoint, json=body)
+
+
+def delete_webhook_endpoint(endpoint_id: str) -> Call[None]:
+    """Delete an endpoint and its deliveries."""
+    return Call("DELETE", f"{ENDPOINTS}/{segment(endpoint_id)}", lambda _response: None)
+
+
+def rotate_webhook_secret(endpoint_id: str) -> Call[str]:
+    """A new secret (the old one still signs, beside it, for 24 h)."""
+    return Call(
+        "POST",
+        f"{ENDPOINTS}/{segment(endpoint_id)}/rotate_secret",
+        lambda response: str(_json(response)["secret"]),
+    )
+
+
+def webhook_deliveries(
+    endpoint_id: str, *, status: str | None = None, page_size: int = 100
+) -> PageCall[WebhookDelivery]:
+    """An endpoint's deliveries, newest first; `status` pending, delivered or failed."""
+    params = query(status=status, page_size=page_size)
+    return pages(WebhookDelivery, f"{ENDPOINTS}/{segment(endpoint_id)}/deliveries", params)
+
+
+def replay_webhooks(
+    endpoint_id: str,
+    *,
+    since: DateTime,
+    until: DateTime | None = None,
+    only_failed: bool = False,
+) -> Call[int]:
+    """Deliver again the window's events (all, or only those whose delivery failed);
+    how many were queued."""
+    body: dict[str, Any] = {"since": iso(since), "only_failed": only_failed}
+    if until is not None:
+        body["until"] = iso(until)
+    return Call(
+        "POST",
+        f"{ENDPOINTS}/{segment(endpoint_id)}/replay",
+        lambda response: int(_json(response)["queued"]),
+        json=body,
     )

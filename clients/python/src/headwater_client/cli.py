@@ -425,6 +425,103 @@ def cmd_activities_search(client: Client, args: argparse.Namespace) -> None:
 # Arguments
 
 
+ENDPOINT_COLUMNS = ["id", "url", "status", "event_types", "description", "created_at"]
+
+
+def cmd_webhooks_create(client: Client, args: argparse.Namespace) -> None:
+    endpoint = client.create_webhook_endpoint(
+        args.endpoint_url, args.event_types.split(","), description=args.description
+    )
+    if args.json:
+        _print_json(endpoint.to_json())
+    else:
+        _fields(endpoint, *ENDPOINT_COLUMNS, "secret", title="shown once: keep the secret")
+
+
+def cmd_webhooks_list(client: Client, args: argparse.Namespace) -> None:
+    pager = client.list_webhook_endpoints()
+    _rows(_limited(pager, args.limit), ENDPOINT_COLUMNS, as_json=args.json)
+
+
+def cmd_webhooks_show(client: Client, args: argparse.Namespace) -> None:
+    endpoint = client.get_webhook_endpoint(args.endpoint_id)
+    if args.json:
+        _print_json(endpoint.to_json())
+    else:
+        _fields(endpoint, *ENDPOINT_COLUMNS, "updated_at")
+
+
+def cmd_webhooks_update(client: Client, args: argparse.Namespace) -> None:
+    types = args.event_types.split(",") if args.event_types else None
+    endpoint = client.update_webhook_endpoint(
+        args.endpoint_id,
+        url=args.endpoint_url,
+        event_types=types,
+        description=args.description,
+        status=args.status,
+    )
+    if args.json:
+        _print_json(endpoint.to_json())
+    else:
+        _fields(endpoint, *ENDPOINT_COLUMNS, "updated_at")
+
+
+def cmd_webhooks_delete(client: Client, args: argparse.Namespace) -> None:
+    client.delete_webhook_endpoint(args.endpoint_id)
+    if not args.json:
+        print(f"deleted {args.endpoint_id}")
+
+
+def cmd_webhooks_rotate(client: Client, args: argparse.Namespace) -> None:
+    secret = client.rotate_webhook_secret(args.endpoint_id)
+    if args.json:
+        _print_json({"secret": secret})
+    else:
+        print(secret)
+
+
+def cmd_webhooks_deliveries(client: Client, args: argparse.Namespace) -> None:
+    pager = client.list_webhook_deliveries(args.endpoint_id, status=args.status)
+    deliveries = list(_limited(pager, args.limit))
+    if args.json:
+        for delivery in deliveries:
+            _print_json(delivery.to_json())
+        return
+    rows = [
+        {
+            "event_id": d.event_id,
+            "event_type": d.event_type,
+            "status": d.status,
+            "attempts": len(d.attempts),
+            "last": (d.attempts[-1].get("status_code") or d.attempts[-1].get("error"))
+            if d.attempts
+            else "",
+            "next_attempt_at": d.next_attempt_at or "",
+        }
+        for d in deliveries
+    ]
+    _print_dicts(rows)
+
+
+def cmd_webhooks_replay(client: Client, args: argparse.Namespace) -> None:
+    queued = client.replay_webhooks(
+        args.endpoint_id, since=args.since, until=args.until, only_failed=args.only_failed
+    )
+    if args.json:
+        _print_json({"queued": queued})
+    else:
+        print(f"queued {queued}")
+
+
+def _print_dicts(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    columns = list(rows[0])
+    print(_tsv(columns))
+    for row in rows:
+        print(_tsv(_cell(row[c]) for c in columns))
+
+
 def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -585,6 +682,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     search.add_argument("--sort-direction", default="desc", choices=["asc", "desc"])
     limit_option(search)
+
+    webhooks = commands.add_parser("webhooks", help="webhook endpoints").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    create = command(webhooks, "create", cmd_webhooks_create, "register a webhook endpoint")
+    create.add_argument("endpoint_url", metavar="url", help="https URL of the receiver")
+    create.add_argument(
+        "--event-types", default="*", help="comma-separated event types, or * (default)"
+    )
+    create.add_argument("--description", default="")
+    limit_option(command(webhooks, "list", cmd_webhooks_list, "the company's endpoints"))
+    command(webhooks, "show", cmd_webhooks_show, "one endpoint").add_argument("endpoint_id")
+    update = command(webhooks, "update", cmd_webhooks_update, "change an endpoint")
+    update.add_argument("endpoint_id")
+    update.add_argument("--endpoint-url", help="the receiver's new URL")
+    update.add_argument("--event-types", help="comma-separated event types, or *")
+    update.add_argument("--description")
+    update.add_argument("--status", choices=["enabled", "disabled"])
+    command(webhooks, "delete", cmd_webhooks_delete, "delete an endpoint").add_argument(
+        "endpoint_id"
+    )
+    command(
+        webhooks, "rotate", cmd_webhooks_rotate, "a new secret (the old one signs for 24 h)"
+    ).add_argument("endpoint_id")
+    deliveries = command(
+        webhooks, "deliveries", cmd_webhooks_deliveries, "an endpoint's deliveries, newest first"
+    )
+    deliveries.add_argument("endpoint_id")
+    deliveries.add_argument("--status", choices=["pending", "delivered", "failed"])
+    limit_option(deliveries)
+    replay = command(webhooks, "replay", cmd_webhooks_replay, "deliver a window's events again")
+    replay.add_argument("endpoint_id")
+    replay.add_argument("--since", required=True, help="ISO 8601 date-time, inclusive")
+    replay.add_argument("--until", help="ISO 8601 date-time, exclusive (default: now)")
+    replay.add_argument("--only-failed", action="store_true", help="only failed deliveries")
     return parser
 
 

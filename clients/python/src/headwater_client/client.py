@@ -255,3 +255,14 @@ class Client(BaseClient):
     get_workflow_task = fetch(calls.workflow_task)
     list_workflow_tasks = listing(calls.workflow_tasks)
     search_activities = listing(calls.activities)
+
+    # Webhook endpoints (scope webhooks:manage)
+
+    create_webhook_endpoint = fetch(calls.create_webhook_endpoint)
+    get_webhook_endpoint = fetch(calls.webhook_endpoint)
+    list_webhook_endpoints = listing(calls.webhook_endpoints)
+    update_webhook_endpoint = fetch(calls.update_webhook_endpoint)
+    delete_webhook_endpoint = fetch(calls.delete_webhook_endpoint)
+    rotate_webhook_secret = fetch(calls.rotate_webhook_secret)
+    list_webhook_deliveries = listing(calls.webhook_deliveries)
+    replay_webhooks = fetch(calls.replay_webhooks)

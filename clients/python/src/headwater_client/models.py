@@ -292,3 +292,31 @@ class PushResult:
     @property
     def records_accepted(self) -> int:
         return sum(batch.records_accepted for batch in self.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpoint(Resource):
+    """A receiver of the company's events. `secret` only in the answer of a create."""
+
+    id: str
+    url: str
+    event_types: list[str]
+    description: str
+    status: str
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    secret: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookDelivery(Resource):
+    """One event sent (or to be sent) to an endpoint, with its attempts (dicts: `at`,
+    `status_code`, `error`, `duration_ms`)."""
+
+    id: str
+    event_id: str
+    event_type: str
+    status: str
+    attempts: list[dict[str, Any]]
+    next_attempt_at: datetime | None = None
+    created_at: datetime | None = None
