@@ -8,9 +8,10 @@
   so workers never take the same one), at most `per_endpoint` in flight per endpoint,
   and moves each one's `next_attempt_at` a lease ahead: a worker killed mid-attempt
   leaves the delivery due again when the lease ends (at least once).
-- `record` writes the attempt and the delivery's next state: delivered, retried after
-  the schedule's next delay (with up to 10% jitter), or failed after the last; an
-  endpoint failing for `disable_after` is disabled, with its event.
+- `record` writes attempts (many at once, in one database transaction) and each
+  delivery's next state: delivered, retried after the schedule's next delay (with up to
+  10% jitter), or failed after the last; an endpoint failing for `disable_after` is
+  disabled, with its event.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import orjson
 import structlog
-from sqlalchemy import Connection, exists, func, insert, select, update
+from sqlalchemy import Connection, bindparam, exists, func, insert, select, update
 
 from headwater.db import Database
 from headwater.events import log, outbox
@@ -237,38 +238,61 @@ def next_delay(schedule: Sequence[float], attempts: int) -> float | None:
     return delay * (1 + random.uniform(0, JITTER))  # noqa: S311 (spreading retries, not security)
 
 
+def _next(claimed: Claimed, outcome: Outcome, schedule: Sequence[float]) -> dict[str, Any]:
+    """The delivery's columns after this attempt, with its `state`."""
+    attempts = claimed.attempt_count + 1
+    if outcome.delivered:
+        return {"state": "delivered", "b_status": "delivered", "b_count": attempts, "b_next": None}
+    delay = next_delay(schedule, attempts)
+    if delay is None:
+        return {"state": "failed", "b_status": "failed", "b_count": attempts, "b_next": None}
+    after = outcome.at + timedelta(seconds=delay)
+    return {"state": "retry", "b_status": "pending", "b_count": attempts, "b_next": after}
+
+
+_MOVE = (
+    update(WebhookDelivery)
+    .where(WebhookDelivery.id == bindparam("delivery"))
+    .values(
+        status=bindparam("b_status"),
+        attempt_count=bindparam("b_count"),
+        next_attempt_at=bindparam("b_next"),
+    )
+)
+
+
 def record(
     db: Database,
-    claimed: Claimed,
-    outcome: Outcome,
+    done: Sequence[tuple[Claimed, Outcome]],
     *,
     schedule: Sequence[float],
     disable_after: timedelta,
-) -> str:
-    """Store the attempt and what follows: `delivered`, `retry` or `failed`; `gone` if
-    the delivery was removed meanwhile (its endpoint deleted)."""
-    attempts = claimed.attempt_count + 1
-    values: dict[str, Any]
-    if outcome.delivered:
-        state, values = "delivered", {"status": "delivered", "next_attempt_at": None}
-    else:
-        delay = next_delay(schedule, attempts)
-        if delay is None:
-            state, values = "failed", {"status": "failed", "next_attempt_at": None}
-        else:
-            state = "retry"
-            values = {"next_attempt_at": outcome.at + timedelta(seconds=delay)}
+) -> list[str]:
+    """Store attempts and what follows each, in one database transaction: `delivered`,
+    `retry` or `failed` for each; `gone` for a delivery removed meanwhile (its endpoint
+    deleted) or moved by another hand (a replay)."""
+    states = ["gone"] * len(done)
     with db.begin() as connection:
-        moved = connection.execute(
-            update(WebhookDelivery)
-            .where(WebhookDelivery.id == claimed.delivery_id, WebhookDelivery.status == "pending")
-            .values(attempt_count=attempts, **values)
-        ).rowcount
-        if not moved:
-            return "gone"
-        connection.execute(
-            insert(WebhookAttempt),
-            [
+        ids = [claimed.delivery_id for claimed, _ in done]
+        # locked, so a delete or replay running now waits for this transaction
+        still = set(
+            connection.execute(
+                select(WebhookDelivery.id)
+                .where(WebhookDelivery.id.in_(ids), WebhookDelivery.status == "pending")
+                .order_by(WebhookDelivery.id)
+                .with_for_update()
+            ).scalars()
+        )
+        moves, attempts = [], []
+        succeeded: set[uuid.UUID] = set()
+        failed: dict[uuid.UUID, datetime] = {}
+        for k, (claimed, outcome) in enumerate(done):
+            if claimed.delivery_id not in still:
+                continue
+            following = _next(claimed, outcome, schedule)
+            states[k] = following.pop("state")
+            moves.append({"delivery": claimed.delivery_id, **following})
+            attempts.append(
                 {
                     "delivery_id": claimed.delivery_id,
                     "at": outcome.at,
@@ -276,22 +300,33 @@ def record(
                     "error": outcome.error[:500] if outcome.error else None,
                     "duration_ms": outcome.duration_ms,
                 }
-            ],
-        )
-        if outcome.delivered:
+            )
+            if outcome.delivered:
+                succeeded.add(claimed.endpoint_id)
+            else:
+                failed[claimed.endpoint_id] = min(
+                    outcome.at, failed.get(claimed.endpoint_id, outcome.at)
+                )
+        if moves:
+            connection.execute(_MOVE, moves)
+            connection.execute(insert(WebhookAttempt), attempts)
+        if succeeded:
             connection.execute(
                 update(WebhookEndpoint)
                 .where(
-                    WebhookEndpoint.id == claimed.endpoint_id,
+                    WebhookEndpoint.id.in_(succeeded),
                     WebhookEndpoint.failing_since.is_not(None),
                 )
                 .values(failing_since=None)
             )
-        else:
-            _note_failure(connection, claimed.endpoint_id, outcome.at, disable_after)
-    metrics.ATTEMPTS.labels(state).inc()
-    metrics.ATTEMPT_SECONDS.observe(outcome.duration_ms / 1000)
-    return state
+        for endpoint_id, at in sorted(failed.items()):
+            if endpoint_id not in succeeded:
+                _note_failure(connection, endpoint_id, at, disable_after)
+    for (_, outcome), state in zip(done, states, strict=True):
+        if state != "gone":
+            metrics.ATTEMPTS.labels(state).inc()
+            metrics.ATTEMPT_SECONDS.observe(outcome.duration_ms / 1000)
+    return states
 
 
 def _note_failure(

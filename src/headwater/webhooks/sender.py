@@ -11,12 +11,16 @@ read.
 
 Slots: at most `webhook_concurrency` attempts in flight in this process, and at most
 `webhook_endpoint_concurrency` per endpoint, so a slow receiver holds a few slots and
-never delays another's deliveries.
+never delays another's deliveries. A slot is free once the receiver has answered; the
+outcomes are written by one recorder, many in a database transaction (until then the
+delivery's lease keeps it from being claimed again; a process that dies first leaves it
+to be attempted again: at least once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections import defaultdict
@@ -38,6 +42,8 @@ MAX_ANSWER_BYTES = 65536
 USER_AGENT = "Headwater-Webhooks/1"
 # how often the oldest pending delivery's age is measured for the metric
 GAUGE_SECONDS = 5.0
+# outcomes written in one database transaction, at most
+RECORD_BATCH = 500
 
 
 def headers(claimed: Claimed, timestamp: int) -> dict[str, str]:
@@ -68,6 +74,7 @@ class Deliverer:
         self.tasks: set[asyncio.Task[None]] = set()
         self.freed = asyncio.Event()
         self.clients: dict[uuid.UUID, httpx.AsyncClient] = {}
+        self.outcomes: asyncio.Queue[tuple[Claimed, Outcome]] = asyncio.Queue()
         self._gauge_at = 0.0
 
     def _client(self, endpoint_id: uuid.UUID) -> httpx.AsyncClient:
@@ -88,6 +95,7 @@ class Deliverer:
     async def run(self, stop: asyncio.Event) -> None:
         """Until `stop`: sequence, claim, attempt; then let attempts in flight finish
         (up to the shutdown timeout; any left are leased and run again elsewhere)."""
+        recorder = asyncio.create_task(self._record_forever())
         try:
             while not stop.is_set():
                 try:
@@ -110,8 +118,33 @@ class Deliverer:
         finally:
             if self.tasks:
                 await asyncio.wait(self.tasks, timeout=self.settings.shutdown_timeout_seconds)
+            await self.outcomes.join()
+            recorder.cancel()
             for client in self.clients.values():
                 await client.aclose()
+
+    async def _record_forever(self) -> None:
+        """Write outcomes as they come, all that are waiting in one database transaction."""
+        disable_after = timedelta(seconds=self.settings.webhook_disable_after_seconds)
+        while True:
+            done = [await self.outcomes.get()]
+            while not self.outcomes.empty() and len(done) < RECORD_BATCH:
+                done.append(self.outcomes.get_nowait())
+            record = functools.partial(
+                dispatch.record,
+                self.db,
+                done,
+                schedule=self.settings.webhook_retry_schedule,
+                disable_after=disable_after,
+            )
+            try:
+                await anyio.to_thread.run_sync(record)
+            except Exception as exc:
+                # not recorded: the leases run out and the deliveries are attempted again
+                log.warning("webhook attempts not recorded", error=str(exc).splitlines()[0])
+            finally:
+                for _ in done:
+                    self.outcomes.task_done()
 
     async def _step(self) -> bool:
         """One round; True if it found work (so the next round starts at once)."""
@@ -143,19 +176,10 @@ class Deliverer:
 
     async def _attempt(self, claimed: Claimed) -> None:
         try:
-            outcome = await self.post(claimed)
-            await anyio.to_thread.run_sync(
-                lambda: dispatch.record(
-                    self.db,
-                    claimed,
-                    outcome,
-                    schedule=self.settings.webhook_retry_schedule,
-                    disable_after=timedelta(seconds=self.settings.webhook_disable_after_seconds),
-                )
-            )
+            self.outcomes.put_nowait((claimed, await self.post(claimed)))
         except Exception:
             # not recorded: the lease runs out and the delivery is attempted again
-            log.exception("webhook attempt not recorded", delivery=str(claimed.delivery_id))
+            log.exception("webhook attempt failed", delivery=str(claimed.delivery_id))
         finally:
             self.in_flight[claimed.endpoint_id] -= 1
             if not self.in_flight[claimed.endpoint_id]:
