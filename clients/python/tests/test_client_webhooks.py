@@ -153,3 +153,51 @@ def test_the_cli_manages_endpoints_and_verify_checks_real_deliveries(
     assert run(env, "webhooks", "delete", endpoint["id"]).returncode == 0
     missing = run(env, "webhooks", "show", endpoint["id"])
     assert missing.returncode == 1 and "not found" in missing.stderr.lower()
+
+
+def test_the_readme_receiver_works_as_written(tmp_path: Path) -> None:
+    """The client README's example receiver, run as written (on a free loopback port):
+    a signed event is taken once (204, printed), a repeat is not printed again, a forged
+    one is refused (400)."""
+    import re
+    import subprocess
+    import sys
+
+    import httpx
+    from tests.http_server import free_port
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"```python\n(import os\nfrom http\.server.*?)```", readme, re.S)
+    assert code is not None
+    port = free_port()
+    script = tmp_path / "receiver.py"
+    script.write_text(code.group(1).replace('("0.0.0.0", 8080)', f'("127.0.0.1", {port})'))
+    process = subprocess.Popen(
+        [sys.executable, "-u", str(script)],
+        env={"HEADWATER_WEBHOOK_SECRET": SECRET, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        body = b'{"id":"ev_1","type":"transaction.completed","data":{"transaction_id":"t-1"}}'
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                answer = httpx.post(
+                    f"http://127.0.0.1:{port}/", content=body, headers=_signed(body)
+                )
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the receiver did not start"
+                time.sleep(0.1)
+        assert answer.status_code == 204
+        again = httpx.post(f"http://127.0.0.1:{port}/", content=body, headers=_signed(body))
+        assert again.status_code == 204
+        forged = _signed(body) | {"webhook-signature": "v1,AAAA"}
+        refused = httpx.post(f"http://127.0.0.1:{port}/", content=body, headers=forged)
+        assert refused.status_code == 400
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=10)
+    assert out.splitlines() == ["transaction.completed t-1"]
