@@ -64,6 +64,15 @@ def test_an_event_is_posted_signed_and_logged(
     assert attempt["status_code"] == 200
     assert attempt["error"] is None
     assert attempt["duration_ms"] >= 0
+    metrics = hooks.client.get("/metrics").text
+    for line in (
+        'headwater_events_total{type="transaction.completed"}',
+        'headwater_webhook_attempts_total{outcome="delivered"}',
+        "headwater_webhook_attempt_seconds_count",
+    ):
+        found = [m for m in metrics.splitlines() if m.startswith(line)]
+        assert found and float(found[0].rsplit(" ", 1)[1]) >= 1, line
+    assert "headwater_webhook_oldest_pending_seconds" in metrics
     # a signature with another secret, or a changed body, does not verify
     with pytest.raises(WebhookVerificationError):
         Webhook("whsec_" + "A" * 43 + "=").verify(request.body, request.headers)
@@ -129,7 +138,7 @@ def test_after_the_last_retry_the_delivery_fails_and_replay_sends_it_again(
     assert response.status_code == 202, response.text
     assert response.json() == {"queued": 1}
     (again,) = hooks.wait_deliveries(endpoint["id"], delivered)
-    assert [a["status_code"] for a in again["attempts"]] == [503, 503, 503, 204]
+    assert [a["status_code"] for a in again["attempts"]] == [503, 503, 503, 204], again
     ids = {r.headers["webhook-id"] for r in receiver.requests("/down")}
     assert ids == {delivery["event_id"]}
 

@@ -238,3 +238,26 @@ def test_a_cursor_behind_removed_events_answers_410(settings: Settings, hooks: H
     assert hooks.events()["data"] == []
     hooks.push(3)
     assert [e["type"] for e in hooks.follow()[0]] == ["transaction.completed"]
+
+
+def test_the_openapi_describes_every_event_with_an_example(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    events = spec["paths"]["/platform/v1/events"]["get"]
+    examples = events["responses"]["200"]["content"]["application/json"]["examples"]
+    types = {example["value"]["data"][0]["type"] for example in examples.values()}
+    assert types == set(outbox.TYPES) - {"export.completed", "export.failed"}
+    assert "410" in events["responses"]
+    names = {p["name"] for p in events["parameters"]}
+    assert names == {"after", "type", "limit"}
+    paths = spec["paths"]
+    for path in (
+        "/platform/v1/webhook_endpoints",
+        "/platform/v1/webhook_endpoints/{endpoint_id}",
+        "/platform/v1/webhook_endpoints/{endpoint_id}/rotate_secret",
+        "/platform/v1/webhook_endpoints/{endpoint_id}/deliveries",
+        "/platform/v1/webhook_endpoints/{endpoint_id}/replay",
+    ):
+        assert path in paths, path
+    assert (
+        "202" in paths["/platform/v1/webhook_endpoints/{endpoint_id}/replay"]["post"]["responses"]
+    )

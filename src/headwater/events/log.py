@@ -20,15 +20,29 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, exists, insert, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 
 from headwater.events.models import Event, EventHorizon, EventLog
 
 # Numbers the oldest unsequenced events from the head on, in insertion order, in one
-# statement (PostgreSQL and SQLite alike: window functions, UPDATE ... FROM, RETURNING).
+# statement (PostgreSQL and SQLite alike: window functions, UPDATE ... FROM). Nothing
+# comes back: what a sequencing gave is read as the range of positions it covers.
 _SEQUENCE = text(
     """
     UPDATE events SET pos = :head + todo.n
@@ -37,11 +51,23 @@ _SEQUENCE = text(
         FROM events WHERE pos IS NULL ORDER BY seq LIMIT :limit
     ) AS todo
     WHERE events.seq = todo.seq
-    RETURNING events.seq, events.pos, events.id, events.type, events.company_id,
-              events.created_at
     """
 )
 SEQUENCE_BATCH = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Sequenced:
+    """The positions one sequencing gave: `first` to `last`, both included."""
+
+    first: int
+    last: int
+
+    def __len__(self) -> int:
+        return self.last - self.first + 1
+
+    def covers(self, pos: Any) -> ColumnElement[bool]:
+        return and_(pos >= self.first, pos <= self.last)
 
 
 def pending(connection: Connection) -> bool:
@@ -49,28 +75,28 @@ def pending(connection: Connection) -> bool:
     return bool(connection.scalar(select(exists().where(Event.pos.is_(None)))))
 
 
-def sequence(connection: Connection, *, limit: int = SEQUENCE_BATCH) -> list[Row[Any]]:
+def sequence(connection: Connection, *, limit: int = SEQUENCE_BATCH) -> Sequenced | None:
     """Give the oldest committed events without a position (at most `limit`) the next
-    positions; their rows (`seq`, `pos`, `id`, `type`, `company_id`, `created_at`) in
-    position order. Waits while another process sequences (the head row's lock)."""
+    positions, in insertion order; the range given, or None when none waited. Waits
+    while another process sequences (the head row's lock)."""
     head = connection.execute(
         select(EventLog.pos).where(EventLog.id == 1).with_for_update()
     ).scalar_one()
-    found = connection.execute(
-        _SEQUENCE.columns(
-            seq=Event.seq.type,
-            pos=Event.pos.type,
-            id=Event.id.type,
-            type=Event.type.type,
-            company_id=Event.company_id.type,
-            created_at=Event.created_at.type,
-        ),
-        {"head": head, "limit": limit},
-    ).all()
-    rows = sorted(found, key=lambda row: row.pos)
-    if rows:
-        connection.execute(update(EventLog).where(EventLog.id == 1).values(pos=rows[-1].pos))
-    return rows
+    given = connection.execute(_SEQUENCE, {"head": head, "limit": limit}).rowcount
+    if not given:
+        return None
+    connection.execute(update(EventLog).where(EventLog.id == 1).values(pos=head + given))
+    return Sequenced(first=head + 1, last=head + given)
+
+
+def summary(connection: Connection, sequenced: Sequenced) -> list[tuple[uuid.UUID, str, int]]:
+    """How many events of each (company, type) a sequencing covered."""
+    rows = connection.execute(
+        select(Event.company_id, Event.type, func.count())
+        .where(sequenced.covers(Event.pos))
+        .group_by(Event.company_id, Event.type)
+    )
+    return [(company_id, type_, count) for company_id, type_, count in rows]
 
 
 def head(connection: Connection) -> int:

@@ -27,7 +27,19 @@ class Event(Base):
 
     __tablename__ = "events"
     __table_args__ = (
-        Index("ix_events_company_id", "company_id", "pos"),
+        Index(
+            "ix_events_company_id",
+            "company_id",
+            "pos",
+            postgresql_where=text("pos IS NOT NULL"),
+            sqlite_where=text("pos IS NOT NULL"),
+        ),
+        Index(
+            "ix_events_pos",
+            "pos",
+            postgresql_where=text("pos IS NOT NULL"),
+            sqlite_where=text("pos IS NOT NULL"),
+        ),
         Index(
             "ix_events_unsequenced",
             "seq",

@@ -1,9 +1,10 @@
 """Where a webhook may be sent (contract section 13): `https` only unless
 HEADWATER_WEBHOOK_ALLOW_HTTP, and never to a host that is, or resolves to, a loopback,
 private, link-local, multicast, unspecified or otherwise non-public address unless
-HEADWATER_WEBHOOK_ALLOW_PRIVATE. The name is resolved again at every delivery and the
-connection goes to the address that was checked (`Target.address`), so a DNS answer
-that changes between the check and the connection (rebinding) cannot redirect it.
+HEADWATER_WEBHOOK_ALLOW_PRIVATE. The name is resolved again at every delivery, and
+the delivery's connections resolve through a resolver that checks every answer
+(`webhooks.sender.CheckedResolver`), so a DNS answer that changes between the check
+and the connection (rebinding) cannot point it elsewhere.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 
-import httpx
+from yarl import URL
 
 MAX_URL_LENGTH = 2048
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -25,7 +26,8 @@ class Refused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    url: httpx.URL
+    """Where a URL connects: its host (a name or a literal address) and port."""
+
     host: str
     port: int
 
@@ -35,8 +37,9 @@ def parse(url: str, *, allow_http: bool) -> Target:
     if len(url) > MAX_URL_LENGTH:
         raise Refused(f"the URL is longer than {MAX_URL_LENGTH} characters")
     try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError) as exc:
+        # yarl: the parser aiohttp reads the URL with when it delivers
+        parsed = URL(url)
+    except (TypeError, ValueError) as exc:
         raise Refused(f"not a URL: {exc}") from None
     schemes = ("https", "http") if allow_http else ("https",)
     if parsed.scheme not in schemes:
@@ -46,12 +49,12 @@ def parse(url: str, *, allow_http: bool) -> Target:
         )
     if not parsed.host:
         raise Refused("the URL has no host")
-    if parsed.userinfo:
+    if parsed.user is not None or parsed.password is not None:
         raise Refused("the URL may not hold a user name or password; verify the signature")
     if parsed.fragment:
         raise Refused("the URL may not have a fragment")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return Target(url=parsed, host=parsed.host, port=port)
+    return Target(host=parsed.host.strip("[]"), port=port)
 
 
 def refusal(address: IPAddress) -> str | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,7 +26,18 @@ from typing import Any
 
 import orjson
 import structlog
-from sqlalchemy import Connection, bindparam, exists, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Insert,
+    Select,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 
 from headwater.db import Database
 from headwater.events import log, outbox
@@ -41,44 +53,72 @@ log_ = structlog.get_logger("headwater.webhooks")
 JITTER = 0.10
 
 
-def subscribed(event_types: Sequence[str], event_type: str) -> bool:
-    return "*" in event_types or event_type in event_types
+def deliveries_of(
+    endpoint_id: uuid.UUID, events: Select[Any, Any, Any, Any], now: datetime
+) -> Insert:
+    """`INSERT ... SELECT`: a pending delivery to the endpoint for each event `events`
+    selects (its columns: `seq`, `id`, `type`, `created_at`)."""
+    chosen = events.subquery()
+    return insert(WebhookDelivery).from_select(
+        [
+            "endpoint_id",
+            "event_seq",
+            "event_id",
+            "event_type",
+            "event_created_at",
+            "status",
+            "attempt_count",
+            "next_attempt_at",
+            "created_at",
+        ],
+        select(
+            literal(endpoint_id, WebhookDelivery.endpoint_id.type),
+            chosen.c.seq,
+            chosen.c.id,
+            chosen.c.type,
+            chosen.c.created_at,
+            literal("pending"),
+            literal(0),
+            literal(now, WebhookDelivery.next_attempt_at.type),
+            literal(now, WebhookDelivery.created_at.type),
+        ),
+    )
 
 
-def fan_out(connection: Connection, events: Sequence[Any]) -> int:
-    """Pending deliveries of `events` to every enabled endpoint that wants them."""
-    companies = list({row.company_id for row in events})
+def fan_out(connection: Connection, sequenced: log.Sequenced) -> Counter[str]:
+    """Pending deliveries of the events a sequencing covered, to every enabled endpoint
+    that wants them and existed when they were written: one `INSERT ... SELECT` per
+    endpoint, nothing through Python. The count of events by type."""
+    kinds = log.summary(connection, sequenced)
+    counts: Counter[str] = Counter()
+    wanted: dict[uuid.UUID, set[str]] = {}
+    for company_id, type_, count in kinds:
+        counts[type_] += count
+        wanted.setdefault(company_id, set()).add(type_)
     endpoints = connection.execute(
-        select(WebhookEndpoint.id, WebhookEndpoint.company_id, WebhookEndpoint.event_types).where(
-            WebhookEndpoint.company_id.in_(companies), WebhookEndpoint.status == "enabled"
-        )
+        select(
+            WebhookEndpoint.id,
+            WebhookEndpoint.company_id,
+            WebhookEndpoint.event_types,
+            WebhookEndpoint.created_at,
+        ).where(WebhookEndpoint.company_id.in_(list(wanted)), WebhookEndpoint.status == "enabled")
     ).all()
-    if not endpoints:
-        return 0
-    by_company: dict[uuid.UUID, list[Any]] = {}
-    for endpoint in endpoints:
-        by_company.setdefault(endpoint.company_id, []).append(endpoint)
     now = utcnow_ms()
-    deliveries = [
-        {
-            "id": uuid.uuid4(),
-            "endpoint_id": endpoint.id,
-            "event_seq": event.seq,
-            "event_id": event.id,
-            "event_type": event.type,
-            "event_created_at": event.created_at,
-            "status": "pending",
-            "attempt_count": 0,
-            "next_attempt_at": now,
-            "created_at": now,
-        }
-        for event in events
-        for endpoint in by_company.get(event.company_id, ())
-        if subscribed(endpoint.event_types, event.type)
-    ]
-    if deliveries:
-        connection.execute(insert(WebhookDelivery), deliveries)
-    return len(deliveries)
+    for endpoint in endpoints:
+        types = wanted[endpoint.company_id]
+        if "*" not in endpoint.event_types:
+            types = types & set(endpoint.event_types)
+        if not types:
+            continue
+        # an endpoint gets the events written since it was made (replay sends older ones)
+        events = select(Event.seq, Event.id, Event.type, Event.created_at).where(
+            sequenced.covers(Event.pos),
+            Event.company_id == endpoint.company_id,
+            Event.type.in_(sorted(types)),
+            Event.created_at >= endpoint.created_at,
+        )
+        connection.execute(deliveries_of(endpoint.id, events, now))
+    return counts
 
 
 def sequence_and_fan_out(db: Database, *, limit: int = log.SEQUENCE_BATCH) -> int:
@@ -88,12 +128,13 @@ def sequence_and_fan_out(db: Database, *, limit: int = log.SEQUENCE_BATCH) -> in
         if not log.pending(connection):
             return 0
     with db.begin() as connection:
-        events = log.sequence(connection, limit=limit)
-        if events:
-            fan_out(connection, events)
-    for event in events:
-        metrics.EVENTS.labels(event.type).inc()
-    return len(events)
+        sequenced = log.sequence(connection, limit=limit)
+        if sequenced is None:
+            return 0
+        counts = fan_out(connection, sequenced)
+    for type_, count in counts.items():
+        metrics.EVENTS.labels(type_).inc(count)
+    return len(sequenced)
 
 
 def sequence_all(db: Database) -> int:
@@ -108,7 +149,7 @@ def sequence_all(db: Database) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    delivery_id: uuid.UUID
+    delivery_id: int
     endpoint_id: uuid.UUID
     event_id: str
     url: str

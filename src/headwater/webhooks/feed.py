@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy.exc import OperationalError
+
 from headwater.db import Database
 from headwater.events import log
 from headwater.webhooks import dispatch
@@ -60,7 +62,13 @@ def page(
             )
         waiting = log.pending(connection)
     if waiting:
-        dispatch.sequence_all(db)
+        try:
+            dispatch.sequence_all(db)
+        except OperationalError as exc:
+            # SQLite's one writer is busy (a file's long transaction): read what has its
+            # position; the rest shows on a later page (a cursor never passes it)
+            if "locked" not in str(exc):
+                raise
     with db.read_connection() as connection:
         rows = log.after(
             connection, company_id=company_id, position=position, types=types, limit=limit

@@ -59,7 +59,7 @@ class WebhookDelivery(Base):
         Index(None, "event_seq"),
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    id: Mapped[int] = mapped_column(BIGINT, primary_key=True, autoincrement=True)
     endpoint_id: Mapped[uuid.UUID] = mapped_column(
         Uuid, ForeignKey("webhook_endpoints.id", ondelete="CASCADE")
     )
@@ -81,8 +81,8 @@ class WebhookAttempt(Base):
     __table_args__ = (Index(None, "delivery_id", "id"),)
 
     id: Mapped[int] = mapped_column(BIGINT, primary_key=True, autoincrement=True)
-    delivery_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid, ForeignKey("webhook_deliveries.id", ondelete="CASCADE")
+    delivery_id: Mapped[int] = mapped_column(
+        BIGINT, ForeignKey("webhook_deliveries.id", ondelete="CASCADE")
     )
     at: Mapped[datetime] = mapped_column(UTCDateTime)
     status_code: Mapped[int | None] = mapped_column(Integer, default=None)

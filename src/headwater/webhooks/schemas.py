@@ -267,7 +267,6 @@ class AttemptRead(Output):
 
 
 class DeliveryRead(Output):
-    id: uuid.UUID
     event_id: uuid.UUID
     event_type: str = Field(examples=["transaction.completed"])
     status: DeliveryStatus

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from headwater.events.models import Event
 from headwater.kit.actor import Actor
 from headwater.kit.clock import utcnow_ms
 from headwater.kit.pagination import Page
-from headwater.webhooks import addresses
+from headwater.webhooks import addresses, dispatch
 from headwater.webhooks.crypto import SecretBox, new_secret
 from headwater.webhooks.errors import EndpointNotFound, InvalidWebhookURL
 from headwater.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
@@ -172,7 +172,7 @@ def list_deliveries(
         .offset(query.offset)
         .limit(query.page_size)
     ).all()
-    attempts: dict[uuid.UUID, list[AttemptRead]] = {row.id: [] for row in rows}
+    attempts: dict[int, list[AttemptRead]] = {row.id: [] for row in rows}
     if rows:
         for attempt in session.scalars(
             select(WebhookAttempt)
@@ -182,7 +182,6 @@ def list_deliveries(
             attempts[attempt.delivery_id].append(AttemptRead.model_validate(attempt))
     items = [
         DeliveryRead(
-            id=row.id,
             event_id=row.event_id,
             event_type=row.event_type,
             status=row.status,
@@ -238,26 +237,8 @@ def replay(
                 .exists()
             )
         )
-        rows = session.execute(missing).all()
-        if rows:
-            session.execute(
-                insert(WebhookDelivery),
-                [
-                    {
-                        "id": uuid.uuid4(),
-                        "endpoint_id": endpoint.id,
-                        "event_seq": row.seq,
-                        "event_id": row.id,
-                        "event_type": row.type,
-                        "event_created_at": row.created_at,
-                        "status": "pending",
-                        "attempt_count": 0,
-                        "next_attempt_at": now,
-                        "created_at": now,
-                    }
-                    for row in rows
-                ],
-            )
-        queued += len(rows)
+        # counted from what it returns: an ORM session answers no rowcount for it
+        added = dispatch.deliveries_of(endpoint.id, missing, now).returning(WebhookDelivery.id)
+        queued += len(session.execute(added).all())
     session.flush()
     return int(queued)

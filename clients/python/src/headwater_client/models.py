@@ -313,7 +313,6 @@ class WebhookDelivery(Resource):
     """One event sent (or to be sent) to an endpoint, with its attempts (dicts: `at`,
     `status_code`, `error`, `duration_ms`)."""
 
-    id: str
     event_id: str
     event_type: str
     status: str

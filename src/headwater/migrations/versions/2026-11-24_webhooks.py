@@ -23,7 +23,21 @@ def upgrade() -> None:
     with op.batch_alter_table("events") as batch:
         batch.add_column(sa.Column("pos", sa.BigInteger(), nullable=True))
         batch.drop_index("ix_events_company_id")
-        batch.create_index("ix_events_company_id", ["company_id", "pos"])
+        # partial: an event inserted (pos NULL) adds no entry here, only its sequencing
+        # does; a push's write touches as many indexes as before
+        batch.create_index(
+            "ix_events_company_id",
+            ["company_id", "pos"],
+            postgresql_where=sa.text("pos IS NOT NULL"),
+            sqlite_where=sa.text("pos IS NOT NULL"),
+        )
+        # the positions one sequencing gave (its fan-out reads them back)
+        batch.create_index(
+            "ix_events_pos",
+            ["pos"],
+            postgresql_where=sa.text("pos IS NOT NULL"),
+            sqlite_where=sa.text("pos IS NOT NULL"),
+        )
         batch.create_index(
             "ix_events_unsequenced",
             ["seq"],
@@ -66,7 +80,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "webhook_deliveries",
-        sa.Column("id", sa.Uuid(), nullable=False),
+        sa.Column("id", BIGINT, autoincrement=True, nullable=False),
         sa.Column("endpoint_id", sa.Uuid(), nullable=False),
         sa.Column("event_seq", BIGINT, nullable=False),
         sa.Column("event_id", sa.Uuid(), nullable=False),
@@ -103,7 +117,7 @@ def upgrade() -> None:
     op.create_table(
         "webhook_attempts",
         sa.Column("id", BIGINT, autoincrement=True, nullable=False),
-        sa.Column("delivery_id", sa.Uuid(), nullable=False),
+        sa.Column("delivery_id", BIGINT, nullable=False),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("status_code", sa.Integer(), nullable=True),
         sa.Column("error", sa.String(500), nullable=True),
@@ -127,6 +141,7 @@ def downgrade() -> None:
     op.drop_table("event_log")
     with op.batch_alter_table("events") as batch:
         batch.drop_index("ix_events_unsequenced")
+        batch.drop_index("ix_events_pos")
         batch.drop_index("ix_events_company_id")
         batch.create_index("ix_events_company_id", ["company_id", "seq"])
         batch.drop_column("pos")
