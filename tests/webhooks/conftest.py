@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.events import outbox
 from tests.factories import (
     auth,
     create_company,
@@ -60,6 +64,53 @@ class HookTenant:
         response = self.client.post("/platform/v1/data/json", json=body, headers=self.headers)
         assert response.status_code == status, response.text
         return response.json()  # type: ignore[no-any-return]
+
+    def write_events(self, settings: Settings, count: int) -> None:
+        """`count` schema-version events of this company, committed together."""
+        db = Database(settings)
+        try:
+            with db.begin() as connection:
+                outbox.write(
+                    connection,
+                    [
+                        outbox.event(
+                            "dataset.schema_version_added",
+                            company_id=uuid.UUID(self.company_id),
+                            data={
+                                "client_id": self.client_id,
+                                "dataset_id": "orders",
+                                "schema_version": n,
+                            },
+                        )
+                        for n in range(count)
+                    ],
+                )
+        finally:
+            db.dispose()
+
+    def workflow(self) -> dict[str, Any]:
+        """A draft workflow, made from a new category and a one-step template."""
+
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            response = self.client.post(path, json=body, headers=self.headers)
+            assert response.status_code == 201, response.text
+            return response.json()  # type: ignore[no-any-return]
+
+        category = post("/app/v1/workflow_categories", {"name": "c", "description": "d"})
+        step = {"step_id": "s1", "name": "s", "description": "d", "type": "manual"}
+        template = post(
+            "/app/v1/workflow_templates",
+            {"category_id": category["id"], "name": "t", "description": "d", "steps": [step]},
+        )
+        return post(
+            "/app/v1/workflows",
+            {
+                "workflow_template_id": template["id"],
+                "name": "w",
+                "description": "d",
+                "due_date": "2026-12-31T17:00:00Z",
+            },
+        )
 
     def events(self, status: int = 200, **params: Any) -> Any:
         response = self.client.get("/platform/v1/events", params=params, headers=self.headers)

@@ -106,29 +106,7 @@ def test_a_change_and_its_event_are_both_kept_or_neither(
 ) -> None:
     headers = hooks.headers
     client: TestClient = hooks.client
-    category = client.post(
-        "/app/v1/workflow_categories", json={"name": "c", "description": "d"}, headers=headers
-    ).json()
-    template = client.post(
-        "/app/v1/workflow_templates",
-        json={
-            "category_id": category["id"],
-            "name": "t",
-            "description": "d",
-            "steps": [{"step_id": "s", "name": "s", "description": "d", "type": "manual"}],
-        },
-        headers=headers,
-    ).json()
-    workflow = client.post(
-        "/app/v1/workflows",
-        json={
-            "workflow_template_id": template["id"],
-            "name": "w",
-            "description": "d",
-            "due_date": "2026-12-31T17:00:00Z",
-        },
-        headers=headers,
-    ).json()
+    workflow = hooks.workflow()
     _, cursor = hooks.follow()
     process = subprocess.run(
         [

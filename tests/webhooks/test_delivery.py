@@ -20,7 +20,6 @@ from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.db import Database
-from headwater.events import outbox
 from headwater.kit.clock import utcnow
 from headwater.webhooks.models import WebhookEndpoint
 from tests.webhooks.conftest import DELIVERING, HookTenant
@@ -211,27 +210,7 @@ def test_a_slow_receiver_does_not_delay_another(
     worker = hooks.using(delivering)
     worker.endpoint(receiver.at("/sluggish", delay=1.5), ["dataset.schema_version_added"])
     healthy = worker.endpoint(receiver.at("/healthy"), ["dataset.schema_version_added"])
-    # twelve events committed together
-    db = Database(settings)
-    try:
-        with db.begin() as connection:
-            outbox.write(
-                connection,
-                [
-                    outbox.event(
-                        "dataset.schema_version_added",
-                        company_id=uuid.UUID(hooks.company_id),
-                        data={
-                            "client_id": hooks.client_id,
-                            "dataset_id": "orders",
-                            "schema_version": n,
-                        },
-                    )
-                    for n in range(12)
-                ],
-            )
-    finally:
-        db.dispose()
+    hooks.write_events(settings, 12)  # committed together
     receiver.wait_for("/healthy", 12)
     healthy_done = max(r.at for r in receiver.requests("/healthy"))
     sluggish = sorted(r.at for r in receiver.wait_for("/sluggish", 12, timeout=30))
@@ -379,23 +358,8 @@ def test_two_workers_send_each_event_once(
     make_client(**DELIVERING)
     worker = hooks.using(make_client(**DELIVERING))
     endpoint = worker.endpoint(receiver.at("/shared"), ["dataset.schema_version_added"])
-    db = Database(settings)
-    try:
-        for batch in range(4):
-            with db.begin() as connection:
-                outbox.write(
-                    connection,
-                    [
-                        outbox.event(
-                            "dataset.schema_version_added",
-                            company_id=uuid.UUID(hooks.company_id),
-                            data={"client_id": "c", "dataset_id": "d", "schema_version": n},
-                        )
-                        for n in range(batch * 25, batch * 25 + 25)
-                    ],
-                )
-    finally:
-        db.dispose()
+    for _ in range(4):
+        hooks.write_events(settings, 25)
     hooks.wait_deliveries(endpoint["id"], lambda found: delivered(found, 100))
     ids = [r.headers["webhook-id"] for r in receiver.requests("/shared")]
     assert len(ids) == 100

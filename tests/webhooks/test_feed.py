@@ -59,29 +59,7 @@ def test_a_rejected_push_and_a_new_schema_version_write_theirs(
 
 
 def test_a_workflow_status_change_writes_its_event(hooks: HookTenant) -> None:
-    category = hooks.client.post(
-        "/app/v1/workflow_categories", json={"name": "c", "description": "d"}, headers=hooks.headers
-    ).json()
-    template = hooks.client.post(
-        "/app/v1/workflow_templates",
-        json={
-            "category_id": category["id"],
-            "name": "t",
-            "description": "d",
-            "steps": [{"step_id": "s1", "name": "s", "description": "d", "type": "manual"}],
-        },
-        headers=hooks.headers,
-    ).json()
-    workflow = hooks.client.post(
-        "/app/v1/workflows",
-        json={
-            "workflow_template_id": template["id"],
-            "name": "w",
-            "description": "d",
-            "due_date": "2026-12-31T17:00:00Z",
-        },
-        headers=hooks.headers,
-    ).json()
+    workflow = hooks.workflow()
     _, cursor = hooks.follow()
     renamed = hooks.client.patch(
         f"/app/v1/workflows/{workflow['id']}", json={"name": "x"}, headers=hooks.headers

@@ -1,16 +1,21 @@
-"""The event log: each committed event's position, given after its commit, and what
-retention removed.
+"""The event log: each company's committed events in order, each event's place in it
+given after its commit; and what retention removed.
 
-Why positions are given after the commit: events are inserted by many writers at once
+Why places are given after the commit: events are inserted by many writers at once
 (API processes, file workers, the SFTP and SMTP servers), and a writer that inserted
 first may commit last. A reader following an insertion number would pass the gap that
-its event fills later and never see it. `sequence` instead numbers events that are
-already committed, one sequencing at a time (the `event_log` row is locked): every
-position it gives becomes visible at once, when its database transaction commits, and
-any later position is given by a later sequencing, which starts only after that
-commit. So a reader that sees position n sees every position below n, and a cursor
-("after n") never skips an event. A long database transaction (a big file) delays only
-its own events, not everyone's, as a snapshot-horizon cursor would.
+its event fills later and never see it. `sequence` instead numbers a company's events
+that are already committed, one sequencing of that company at a time (its
+`event_heads` row is locked): every position it gives becomes visible at once, when its
+database transaction commits, and any later position is given by a later sequencing,
+which starts only after that commit. So a reader that sees position n of a company sees
+every position below n, and a cursor ("after n") never skips an event. A long database
+transaction (a big file) delays only its own events, not everyone's, as a
+snapshot-horizon cursor would.
+
+Positions are given when they are needed, and only then: by the webhook worker for a
+company with an enabled endpoint, by the feed before it answers a company's reader, and
+by retention. A company nobody follows pays for its events' insertion only.
 
 Nothing here commits: the caller's unit of work does (the webhooks' fan-out shares the
 sequencing's database transaction, so each event gets its deliveries exactly once).
@@ -28,7 +33,9 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Row,
+    Select,
     and_,
+    bindparam,
     delete,
     exists,
     func,
@@ -38,70 +45,101 @@ from sqlalchemy import (
     update,
 )
 
-from headwater.events.models import Event, EventHorizon, EventLog
+from headwater.db import dialect_insert
+from headwater.events.models import Event, EventHead, EventHorizon
 
-# Numbers the oldest unsequenced events from the head on, in insertion order, in one
-# statement (PostgreSQL and SQLite alike: window functions, UPDATE ... FROM). Nothing
+# Numbers a company's oldest unsequenced events from its head on, in insertion order, in
+# one statement (PostgreSQL and SQLite alike: window functions, UPDATE ... FROM). Nothing
 # comes back: what a sequencing gave is read as the range of positions it covers.
 _SEQUENCE = text(
     """
     UPDATE events SET pos = :head + todo.n
     FROM (
         SELECT seq, row_number() OVER (ORDER BY seq) AS n
-        FROM events WHERE pos IS NULL ORDER BY seq LIMIT :limit
+        FROM events WHERE company_id = :company AND pos IS NULL ORDER BY seq LIMIT :limit
     ) AS todo
     WHERE events.seq = todo.seq
     """
-)
+).bindparams(bindparam("company", type_=Event.company_id.type))
 SEQUENCE_BATCH = 5000
 
 
 @dataclass(frozen=True, slots=True)
 class Sequenced:
-    """The positions one sequencing gave: `first` to `last`, both included."""
+    """The positions one sequencing gave a company: `first` to `last`, both included."""
 
+    company_id: uuid.UUID
     first: int
     last: int
 
     def __len__(self) -> int:
         return self.last - self.first + 1
 
-    def covers(self, pos: Any) -> ColumnElement[bool]:
-        return and_(pos >= self.first, pos <= self.last)
+    def events(self) -> ColumnElement[bool]:
+        """The condition that selects the events it covers (an index range)."""
+        return and_(
+            Event.company_id == self.company_id, Event.pos >= self.first, Event.pos <= self.last
+        )
 
 
-def pending(connection: Connection) -> bool:
-    """Whether any committed event waits for its position (a partial index answers)."""
-    return bool(connection.scalar(select(exists().where(Event.pos.is_(None)))))
+def pending(connection: Connection, company_id: uuid.UUID) -> bool:
+    """Whether any committed event of the company waits for its position."""
+    waiting = exists().where(Event.company_id == company_id, Event.pos.is_(None))
+    return bool(connection.scalar(select(waiting)))
 
 
-def sequence(connection: Connection, *, limit: int = SEQUENCE_BATCH) -> Sequenced | None:
-    """Give the oldest committed events without a position (at most `limit`) the next
-    positions, in insertion order; the range given, or None when none waited. Waits
-    while another process sequences (the head row's lock)."""
-    head = connection.execute(
-        select(EventLog.pos).where(EventLog.id == 1).with_for_update()
-    ).scalar_one()
-    given = connection.execute(_SEQUENCE, {"head": head, "limit": limit}).rowcount
+def waiting_among(connection: Connection, companies: Select[Any]) -> list[uuid.UUID]:
+    """Which of `companies` (a select of company ids) have events waiting for positions:
+    an index probe each."""
+    chosen = companies.subquery()
+    waiting = exists().where(Event.company_id == chosen.c[0], Event.pos.is_(None))
+    return list(connection.scalars(select(chosen.c[0]).where(waiting).distinct()))
+
+
+def _locked_head(connection: Connection, company_id: uuid.UUID) -> int:
+    """The company's last position, its row locked until the caller's commit."""
+    connection.execute(
+        dialect_insert(connection.dialect)(EventHead)
+        .values(company_id=company_id, pos=0)
+        .on_conflict_do_nothing(index_elements=["company_id"])
+    )
+    return int(
+        connection.execute(
+            select(EventHead.pos).where(EventHead.company_id == company_id).with_for_update()
+        ).scalar_one()
+    )
+
+
+def sequence(
+    connection: Connection, company_id: uuid.UUID, *, limit: int = SEQUENCE_BATCH
+) -> Sequenced | None:
+    """Give the company's oldest committed events without a position (at most `limit`)
+    the next positions, in insertion order; the range given, or None when none waited.
+    Waits while another process sequences the same company (its head row's lock)."""
+    head = _locked_head(connection, company_id)
+    given = connection.execute(
+        _SEQUENCE, {"head": head, "company": company_id, "limit": limit}
+    ).rowcount
     if not given:
         return None
-    connection.execute(update(EventLog).where(EventLog.id == 1).values(pos=head + given))
-    return Sequenced(first=head + 1, last=head + given)
-
-
-def summary(connection: Connection, sequenced: Sequenced) -> list[tuple[uuid.UUID, str, int]]:
-    """How many events of each (company, type) a sequencing covered."""
-    rows = connection.execute(
-        select(Event.company_id, Event.type, func.count())
-        .where(sequenced.covers(Event.pos))
-        .group_by(Event.company_id, Event.type)
+    connection.execute(
+        update(EventHead).where(EventHead.company_id == company_id).values(pos=head + given)
     )
-    return [(company_id, type_, count) for company_id, type_, count in rows]
+    return Sequenced(company_id=company_id, first=head + 1, last=head + given)
 
 
-def head(connection: Connection) -> int:
-    """The last position given."""
-    return int(connection.execute(select(EventLog.pos).where(EventLog.id == 1)).scalar_one())
+def summary(connection: Connection, sequenced: Sequenced) -> list[tuple[str, int]]:
+    """How many events of each type a sequencing covered."""
+    rows = connection.execute(
+        select(Event.type, func.count()).where(sequenced.events()).group_by(Event.type)
+    )
+    return [(type_, count) for type_, count in rows]
+
+
+def head(connection: Connection, company_id: uuid.UUID) -> int:
+    """The company's last position given (0: none yet)."""
+    found = connection.scalar(select(EventHead.pos).where(EventHead.company_id == company_id))
+    return int(found or 0)
 
 
 def after(
@@ -121,7 +159,7 @@ def after(
 
 
 def horizon(connection: Connection, company_id: uuid.UUID) -> int:
-    """The last position of the company's events that retention removed (0: none)."""
+    """Cursors before this position of the company's have lost events to retention."""
     found = connection.scalar(
         select(EventHorizon.deleted_through).where(EventHorizon.company_id == company_id)
     )
@@ -129,34 +167,47 @@ def horizon(connection: Connection, company_id: uuid.UUID) -> int:
 
 
 def purge(connection: Connection, *, older_than: datetime, batch: int = 1000) -> int:
-    """Remove sequenced events created before `older_than`, oldest first (insertion
-    order follows time closely, so the walk stops at the first younger one), and move
-    each company's horizon past them. Their deliveries go with them (foreign key)."""
+    """Remove events created before `older_than`, oldest first (insertion order follows
+    time closely, so the walk stops at the first younger one), and move each company's
+    horizon past them: past the last position removed, and past the head when events
+    that never had a position go (a cursor at the head then missed them too). Their
+    deliveries go with them (foreign key)."""
     rows = connection.execute(
-        select(Event.seq, Event.pos, Event.company_id, Event.created_at)
-        .order_by(Event.seq)
-        .limit(batch)
+        select(Event.seq, Event.company_id, Event.created_at).order_by(Event.seq).limit(batch)
     ).all()
     old = []
     for row in rows:
-        if row.created_at >= older_than or row.pos is None:
+        if row.created_at >= older_than:
             break
         old.append(row)
     if not old:
         return 0
-    connection.execute(delete(Event).where(Event.seq <= old[-1].seq, Event.pos.is_not(None)))
-    through: dict[uuid.UUID, int] = {}
-    for row in old:
-        through[row.company_id] = max(through.get(row.company_id, 0), row.pos)
-    # the oldest go first, so a company's horizon only moves forward
-    for company_id, pos in through.items():
+    companies = sorted({row.company_id for row in old})
+    through = old[-1].seq
+    for company_id in companies:
+        head = _locked_head(connection, company_id)
+        removed = (
+            connection.execute(
+                delete(Event)
+                .where(Event.company_id == company_id, Event.seq <= through)
+                .returning(Event.pos)
+            )
+            .scalars()
+            .all()
+        )
+        positions = [pos for pos in removed if pos is not None]
+        mark = max(positions, default=0)
+        if len(positions) < len(removed):
+            mark = max(mark, head + 1)
         moved = connection.execute(
             update(EventHorizon)
-            .where(EventHorizon.company_id == company_id)
-            .values(deleted_through=pos)
+            .where(EventHorizon.company_id == company_id, EventHorizon.deleted_through < mark)
+            .values(deleted_through=mark)
         )
-        if not moved.rowcount:
+        if not moved.rowcount and not connection.scalar(
+            select(exists().where(EventHorizon.company_id == company_id))
+        ):
             connection.execute(
-                insert(EventHorizon), [{"company_id": company_id, "deleted_through": pos}]
+                insert(EventHorizon), [{"company_id": company_id, "deleted_through": mark}]
             )
     return len(old)

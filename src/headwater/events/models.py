@@ -17,8 +17,8 @@ class Event(Base):
 
     `seq` numbers events as they are *inserted*; concurrent writers commit in another
     order, so a reader that followed `seq` could pass a gap that is filled later. `pos`,
-    the event's place in the log that the feed and webhooks follow, is given after the
-    commit, by `events.log.sequence` (null until then).
+    the event's place in its company's log, which the feed and webhooks follow, is given
+    after the commit, by `events.log.sequence` (null until then).
 
     A transaction's event names its transaction (`transaction_id`) instead of copying
     it into `data`: a transaction never changes once final, so the row *is* its data at
@@ -35,13 +35,8 @@ class Event(Base):
             sqlite_where=text("pos IS NOT NULL"),
         ),
         Index(
-            "ix_events_pos",
-            "pos",
-            postgresql_where=text("pos IS NOT NULL"),
-            sqlite_where=text("pos IS NOT NULL"),
-        ),
-        Index(
             "ix_events_unsequenced",
+            "company_id",
             "seq",
             postgresql_where=text("pos IS NULL"),
             sqlite_where=text("pos IS NULL"),
@@ -61,12 +56,13 @@ class Event(Base):
     pos: Mapped[int | None] = mapped_column(BigInteger, default=None)
 
 
-class EventLog(Base):
-    """One row: the last position given. Its row lock makes sequencing one at a time."""
+class EventHead(Base):
+    """A company's last position given. Its row lock makes the company's sequencing one
+    at a time."""
 
-    __tablename__ = "event_log"
+    __tablename__ = "event_heads"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     pos: Mapped[int] = mapped_column(BigInteger)
 
 

@@ -1,9 +1,10 @@
 """From the event log to deliveries, and each delivery's attempts (the worker's side).
 
-- `sequence_and_fan_out` gives committed events their positions (`events.log`) and, in
-  the same database transaction, a `pending` delivery for each enabled endpoint of the
-  company that subscribes to the event's type: every event gets its deliveries exactly
-  once, however many workers run.
+- `sequence_company` gives a company's committed events their positions
+  (`events.log`) and, in the same database transaction, a `pending` delivery for each
+  enabled endpoint of the company that subscribes to the event's type: every event
+  gets its deliveries exactly once, however many workers run. The worker sequences the
+  companies that have endpoints (`sequence_followed`); the feed, its reader's company.
 - `claim` takes due deliveries for this process (PostgreSQL: `FOR UPDATE SKIP LOCKED`,
   so workers never take the same one), at most `per_endpoint` in flight per endpoint,
   and moves each one's `next_attempt_at` a lease ahead: a worker killed mid-attempt
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -85,66 +85,60 @@ def deliveries_of(
     )
 
 
-def fan_out(connection: Connection, sequenced: log.Sequenced) -> Counter[str]:
+def fan_out(connection: Connection, sequenced: log.Sequenced) -> list[tuple[str, int]]:
     """Pending deliveries of the events a sequencing covered, to every enabled endpoint
-    that wants them and existed when they were written: one `INSERT ... SELECT` per
-    endpoint, nothing through Python. The count of events by type."""
-    kinds = log.summary(connection, sequenced)
-    counts: Counter[str] = Counter()
-    wanted: dict[uuid.UUID, set[str]] = {}
-    for company_id, type_, count in kinds:
-        counts[type_] += count
-        wanted.setdefault(company_id, set()).add(type_)
+    of the company that wants them and existed when they were written: one `INSERT ...
+    SELECT` per endpoint, nothing through Python. The count of events by type."""
+    counts = log.summary(connection, sequenced)
+    types = {type_ for type_, _ in counts}
     endpoints = connection.execute(
-        select(
-            WebhookEndpoint.id,
-            WebhookEndpoint.company_id,
-            WebhookEndpoint.event_types,
-            WebhookEndpoint.created_at,
-        ).where(WebhookEndpoint.company_id.in_(list(wanted)), WebhookEndpoint.status == "enabled")
+        select(WebhookEndpoint.id, WebhookEndpoint.event_types, WebhookEndpoint.created_at).where(
+            WebhookEndpoint.company_id == sequenced.company_id,
+            WebhookEndpoint.status == "enabled",
+        )
     ).all()
     now = utcnow_ms()
     for endpoint in endpoints:
-        types = wanted[endpoint.company_id]
-        if "*" not in endpoint.event_types:
-            types = types & set(endpoint.event_types)
-        if not types:
+        wanted = types if "*" in endpoint.event_types else types & set(endpoint.event_types)
+        if not wanted:
             continue
         # an endpoint gets the events written since it was made (replay sends older ones)
         events = select(Event.seq, Event.id, Event.type, Event.created_at).where(
-            sequenced.covers(Event.pos),
-            Event.company_id == endpoint.company_id,
-            Event.type.in_(sorted(types)),
+            sequenced.events(),
+            Event.type.in_(sorted(wanted)),
             Event.created_at >= endpoint.created_at,
         )
         connection.execute(deliveries_of(endpoint.id, events, now))
     return counts
 
 
-def sequence_and_fan_out(db: Database, *, limit: int = log.SEQUENCE_BATCH) -> int:
-    """One sequencing (at most `limit` events) with its deliveries; how many events.
-    Nothing waiting: a read answers, and no write lock is taken."""
-    with db.read_connection() as connection:
-        if not log.pending(connection):
-            return 0
+def sequence_company(db: Database, company_id: uuid.UUID, *, limit: int) -> int:
+    """One sequencing of the company (at most `limit` events) with its deliveries, in one
+    database transaction; how many events it covered."""
     with db.begin() as connection:
-        sequenced = log.sequence(connection, limit=limit)
+        sequenced = log.sequence(connection, company_id, limit=limit)
         if sequenced is None:
             return 0
         counts = fan_out(connection, sequenced)
-    for type_, count in counts.items():
+    for type_, count in counts:
         metrics.EVENTS.labels(type_).inc(count)
     return len(sequenced)
 
 
-def sequence_all(db: Database) -> int:
-    """Sequence until no committed event waits."""
-    total = 0
-    while True:
-        done = sequence_and_fan_out(db)
-        total += done
-        if done < log.SEQUENCE_BATCH:
-            return total
+def sequence_all(db: Database, company_id: uuid.UUID) -> None:
+    """Sequence the company until none of its committed events waits."""
+    while sequence_company(db, company_id, limit=log.SEQUENCE_BATCH) == log.SEQUENCE_BATCH:
+        continue
+
+
+def sequence_followed(db: Database, *, limit: int = log.SEQUENCE_BATCH) -> int:
+    """Sequence (with their deliveries) the waiting events of every company that has an
+    enabled endpoint: the worker's round. A read answers when none waits, and no write
+    lock is taken. Companies without endpoints are sequenced when their feed is read."""
+    followed = select(WebhookEndpoint.company_id).where(WebhookEndpoint.status == "enabled")
+    with db.read_connection() as connection:
+        waiting = log.waiting_among(connection, followed)
+    return sum(sequence_company(db, company_id, limit=limit) for company_id in waiting)
 
 
 @dataclass(frozen=True, slots=True)

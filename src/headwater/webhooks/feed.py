@@ -55,15 +55,15 @@ def page(
     given one first (with their deliveries), so a reader sees its own writes at once."""
     position = decode(cursor)
     with db.read_connection() as connection:
-        if position > log.head(connection):
+        if position > log.head(connection, company_id):
             raise InvalidCursor(
                 "`after` points past the end of the log; pass a `next_cursor` as it came.",
                 errors=[{"location": "query", "field": "after", "message": "not a cursor"}],
             )
-        waiting = log.pending(connection)
+        waiting = log.pending(connection, company_id)
     if waiting:
         try:
-            dispatch.sequence_all(db)
+            dispatch.sequence_all(db, company_id)
         except OperationalError as exc:
             # SQLite's one writer is busy (a file's long transaction): read what has its
             # position; the rest shows on a later page (a cursor never passes it)

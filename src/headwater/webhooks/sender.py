@@ -174,7 +174,7 @@ class Deliverer:
 
     async def _step(self) -> bool:
         """One round; True if it found work (so the next round starts at once)."""
-        sequenced = await anyio.to_thread.run_sync(dispatch.sequence_and_fan_out, self.db)
+        sequenced = await anyio.to_thread.run_sync(dispatch.sequence_followed, self.db)
         free = self.settings.webhook_concurrency - len(self.tasks)
         claimed: list[Claimed] = []
         if free > 0:

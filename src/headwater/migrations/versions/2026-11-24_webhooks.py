@@ -1,4 +1,4 @@
-"""the event log (positions given after commit), event horizons, webhook endpoints,
+"""the event log (positions given after commit, per company), event horizons, webhook endpoints,
 deliveries and attempts (contract section 13)
 
 Revision ID: 0011
@@ -31,27 +31,19 @@ def upgrade() -> None:
             postgresql_where=sa.text("pos IS NOT NULL"),
             sqlite_where=sa.text("pos IS NOT NULL"),
         )
-        # the positions one sequencing gave (its fan-out reads them back)
-        batch.create_index(
-            "ix_events_pos",
-            ["pos"],
-            postgresql_where=sa.text("pos IS NOT NULL"),
-            sqlite_where=sa.text("pos IS NOT NULL"),
-        )
         batch.create_index(
             "ix_events_unsequenced",
-            ["seq"],
+            ["company_id", "seq"],
             postgresql_where=sa.text("pos IS NULL"),
             sqlite_where=sa.text("pos IS NULL"),
         )
-    # events written before this revision are given positions by the first sequencing
+    # events written before this revision are given positions by their first sequencing
     op.create_table(
-        "event_log",
-        sa.Column("id", sa.Integer(), nullable=False),
+        "event_heads",
+        sa.Column("company_id", sa.Uuid(), nullable=False),
         sa.Column("pos", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_event_log")),
+        sa.PrimaryKeyConstraint("company_id", name=op.f("pk_event_heads")),
     )
-    op.execute("INSERT INTO event_log (id, pos) VALUES (1, 0)")
     op.create_table(
         "event_horizons",
         sa.Column("company_id", sa.Uuid(), nullable=False),
@@ -138,10 +130,9 @@ def downgrade() -> None:
     op.drop_table("webhook_deliveries")
     op.drop_table("webhook_endpoints")
     op.drop_table("event_horizons")
-    op.drop_table("event_log")
+    op.drop_table("event_heads")
     with op.batch_alter_table("events") as batch:
         batch.drop_index("ix_events_unsequenced")
-        batch.drop_index("ix_events_pos")
         batch.drop_index("ix_events_company_id")
         batch.create_index("ix_events_company_id", ["company_id", "seq"])
         batch.drop_column("pos")
