@@ -51,6 +51,9 @@ from headwater.webhooks.rendering import render
 log_ = structlog.get_logger("headwater.webhooks")
 
 JITTER = 0.10
+# deliveries one sequencing's fan-out makes, about; and the fewest events it covers
+FAN_OUT_ROWS = 20_000
+MIN_BATCH = 50
 
 
 def deliveries_of(
@@ -131,14 +134,32 @@ def sequence_all(db: Database, company_id: uuid.UUID) -> None:
         continue
 
 
-def sequence_followed(db: Database, *, limit: int = log.SEQUENCE_BATCH) -> int:
+def sequence_followed(db: Database) -> int:
     """Sequence (with their deliveries) the waiting events of every company that has an
     enabled endpoint: the worker's round. A read answers when none waits, and no write
-    lock is taken. Companies without endpoints are sequenced when their feed is read."""
-    followed = select(WebhookEndpoint.company_id).where(WebhookEndpoint.status == "enabled")
+    lock is taken. Companies without endpoints are sequenced when their feed is read.
+
+    A sequencing covers fewer events the more endpoints its company has (about
+    `FAN_OUT_ROWS` deliveries a transaction), so that one busy company's fan-out never
+    holds the worker (or its feed's readers) for long."""
+    followed = (
+        select(WebhookEndpoint.company_id, func.count())
+        .where(WebhookEndpoint.status == "enabled")
+        .group_by(WebhookEndpoint.company_id)
+    )
     with db.read_connection() as connection:
-        waiting = log.waiting_among(connection, followed)
-    return sum(sequence_company(db, company_id, limit=limit) for company_id in waiting)
+        endpoints = dict(connection.execute(followed).tuples().all())
+        waiting = log.waiting_among(connection, select(followed.subquery().c[0]))
+    return sum(
+        sequence_company(
+            db,
+            company_id,
+            limit=max(
+                MIN_BATCH, min(log.SEQUENCE_BATCH, FAN_OUT_ROWS // endpoints.get(company_id, 1))
+            ),
+        )
+        for company_id in waiting
+    )
 
 
 @dataclass(frozen=True, slots=True)
