@@ -326,6 +326,9 @@ def test_an_endpoint_failing_for_five_days_is_disabled_with_an_event(
     assert events[0]["data"]["id"] == endpoint["id"]
     assert events[0]["data"]["status"] == "disabled"
     assert "secret" not in json.dumps(events[0])
+    # a disabled endpoint's pending deliveries leave the schedule until it is enabled
+    (pending,) = hooks.deliveries(endpoint["id"])
+    assert pending["status"] == "pending" and pending["next_attempt_at"] is None
     # a success clears the failing time: enabled again, it has five more days
     receiver.behaviours["/dead"].status = 200
     hooks.client.patch(path, json={"status": "enabled"}, headers=hooks.headers)

@@ -148,7 +148,7 @@ def sequence_followed(db: Database) -> int:
         .group_by(WebhookEndpoint.company_id)
     )
     with db.read_connection() as connection:
-        endpoints = dict(connection.execute(followed).tuples().all())
+        endpoints = {company_id: count for company_id, count in connection.execute(followed)}
         waiting = log.waiting_among(connection, select(followed.subquery().c[0]))
     return sum(
         sequence_company(
@@ -385,6 +385,22 @@ def record(
     return states
 
 
+def schedule(connection: Connection, endpoint_id: uuid.UUID, *, enabled: bool) -> None:
+    """An endpoint disabled: its pending deliveries leave the schedule (no due time, so
+    a claim never walks over them, however many wait). Enabled again: they are due now."""
+    pending = update(WebhookDelivery).where(
+        WebhookDelivery.endpoint_id == endpoint_id, WebhookDelivery.status == "pending"
+    )
+    if enabled:
+        connection.execute(
+            pending.where(WebhookDelivery.next_attempt_at.is_(None)).values(
+                next_attempt_at=utcnow_ms()
+            )
+        )
+    else:
+        connection.execute(pending.values(next_attempt_at=None))
+
+
 def _note_failure(
     connection: Connection, endpoint_id: uuid.UUID, at: datetime, disable_after: timedelta
 ) -> None:
@@ -409,6 +425,7 @@ def _note_failure(
     ).one_or_none()
     if disabled is None:
         return
+    schedule(connection, endpoint_id, enabled=False)
     days = disable_after.total_seconds() / 86400
     outbox.write(
         connection,

@@ -123,12 +123,15 @@ def update_endpoint(
     values = changes.changes()
     if "url" in values:
         check_url(values["url"], rules)
+    was = row.status
     for name, value in values.items():
         setattr(row, name, list(value) if name == "event_types" else value)
     if values.get("status") == "enabled":
         row.failing_since = None  # a fresh start: five more days before it is disabled again
     row.updated_at = utcnow_ms()
     session.flush()
+    if row.status != was:
+        dispatch.schedule(session.connection(), row.id, enabled=row.status == "enabled")
     return row
 
 
