@@ -329,6 +329,12 @@ def test_an_endpoint_failing_for_five_days_is_disabled_with_an_event(
     # a disabled endpoint's pending deliveries leave the schedule until it is enabled
     (pending,) = hooks.deliveries(endpoint["id"])
     assert pending["status"] == "pending" and pending["next_attempt_at"] is None
+    # a replay while it is disabled queues without scheduling
+    replayed = hooks.client.post(
+        f"{path}/replay", json={"since": "2020-01-01T00:00:00Z"}, headers=hooks.headers
+    )
+    assert replayed.status_code == 202, replayed.text
+    assert all(d["next_attempt_at"] is None for d in hooks.deliveries(endpoint["id"]))
     # a success clears the failing time: enabled again, it has five more days
     receiver.behaviours["/dead"].status = 200
     hooks.client.patch(path, json={"status": "enabled"}, headers=hooks.headers)

@@ -9,6 +9,8 @@ from collections.abc import Callable
 import pytest
 from starlette.testclient import TestClient
 
+from headwater.config import Settings
+from headwater.db import Database
 from tests.factories import assert_problem, auth, create_credential, get_token
 from tests.webhooks.conftest import HookTenant
 
@@ -48,11 +50,7 @@ def test_create_shows_the_secret_once(loopback_ok: HookTenant) -> None:
     assert created["secret"] not in str(listed)
 
 
-def test_the_secret_is_stored_encrypted(loopback_ok: HookTenant, settings: object) -> None:
-    from headwater.config import Settings
-    from headwater.db import Database
-
-    assert isinstance(settings, Settings)
+def test_the_secret_is_stored_encrypted(loopback_ok: HookTenant, settings: Settings) -> None:
     created = loopback_ok.endpoint("http://127.0.0.1:9/hook")
     db = Database(settings)
     try:

@@ -32,8 +32,8 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Exists,
     Row,
-    Select,
     and_,
     bindparam,
     delete,
@@ -82,18 +82,15 @@ class Sequenced:
         )
 
 
+def waiting(company_id: Any) -> Exists:
+    """The condition that the company (an id, or a column that names one) has committed
+    events waiting for their positions: an index probe."""
+    return exists().where(Event.company_id == company_id, Event.pos.is_(None))
+
+
 def pending(connection: Connection, company_id: uuid.UUID) -> bool:
     """Whether any committed event of the company waits for its position."""
-    waiting = exists().where(Event.company_id == company_id, Event.pos.is_(None))
-    return bool(connection.scalar(select(waiting)))
-
-
-def waiting_among(connection: Connection, companies: Select[Any]) -> list[uuid.UUID]:
-    """Which of `companies` (a select of company ids) have events waiting for positions:
-    an index probe each."""
-    chosen = companies.subquery()
-    waiting = exists().where(Event.company_id == chosen.c[0], Event.pos.is_(None))
-    return list(connection.scalars(select(chosen.c[0]).where(waiting).distinct()))
+    return bool(connection.scalar(select(waiting(company_id))))
 
 
 def _locked_head(connection: Connection, company_id: uuid.UUID) -> int:

@@ -57,10 +57,15 @@ MIN_BATCH = 50
 
 
 def deliveries_of(
-    endpoint_id: uuid.UUID, events: Select[Any, Any, Any, Any], now: datetime
+    endpoint_id: uuid.UUID,
+    events: Select[Any, Any, Any, Any],
+    now: datetime,
+    *,
+    due: datetime | None,
 ) -> Insert:
-    """`INSERT ... SELECT`: a pending delivery to the endpoint for each event `events`
-    selects (its columns: `seq`, `id`, `type`, `created_at`)."""
+    """`INSERT ... SELECT`: a pending delivery to the endpoint, due at `due` (None: not
+    scheduled), for each event `events` selects (its columns: `seq`, `id`, `type`,
+    `created_at`)."""
     chosen = events.subquery()
     return insert(WebhookDelivery).from_select(
         [
@@ -82,7 +87,7 @@ def deliveries_of(
             chosen.c.created_at,
             literal("pending"),
             literal(0),
-            literal(now, WebhookDelivery.next_attempt_at.type),
+            literal(due, WebhookDelivery.next_attempt_at.type),
             literal(now, WebhookDelivery.created_at.type),
         ),
     )
@@ -111,7 +116,7 @@ def fan_out(connection: Connection, sequenced: log.Sequenced) -> list[tuple[str,
             Event.type.in_(sorted(wanted)),
             Event.created_at >= endpoint.created_at,
         )
-        connection.execute(deliveries_of(endpoint.id, events, now))
+        connection.execute(deliveries_of(endpoint.id, events, now, due=now))
     return counts
 
 
@@ -142,23 +147,21 @@ def sequence_followed(db: Database) -> int:
     A sequencing covers fewer events the more endpoints its company has (about
     `FAN_OUT_ROWS` deliveries a transaction), so that one busy company's fan-out never
     holds the worker (or its feed's readers) for long."""
-    followed = (
+    waiting = (
         select(WebhookEndpoint.company_id, func.count())
         .where(WebhookEndpoint.status == "enabled")
         .group_by(WebhookEndpoint.company_id)
+        .having(log.waiting(WebhookEndpoint.company_id))
     )
     with db.read_connection() as connection:
-        endpoints = {company_id: count for company_id, count in connection.execute(followed)}
-        waiting = log.waiting_among(connection, select(followed.subquery().c[0]))
+        endpoints = {company_id: count for company_id, count in connection.execute(waiting)}
     return sum(
         sequence_company(
             db,
             company_id,
-            limit=max(
-                MIN_BATCH, min(log.SEQUENCE_BATCH, FAN_OUT_ROWS // endpoints.get(company_id, 1))
-            ),
+            limit=max(MIN_BATCH, min(log.SEQUENCE_BATCH, FAN_OUT_ROWS // count)),
         )
-        for company_id in waiting
+        for company_id, count in endpoints.items()
     )
 
 

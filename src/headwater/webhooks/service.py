@@ -7,15 +7,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.orm import Session
 
 from headwater.events.models import Event
 from headwater.kit.actor import Actor
 from headwater.kit.clock import utcnow_ms
-from headwater.kit.pagination import Page
+from headwater.kit.pagination import Page, PageQuery, paginate
 from headwater.webhooks import addresses, dispatch
 from headwater.webhooks.crypto import SecretBox, new_secret
 from headwater.webhooks.errors import EndpointNotFound, InvalidWebhookURL
@@ -98,16 +97,16 @@ def get_endpoint(
     return _owned(session, company_id, endpoint_id)
 
 
-def list_endpoints(session: Session, *, company_id: uuid.UUID, params: Any) -> Page[EndpointRead]:
-    where = WebhookEndpoint.company_id == company_id
-    total = session.scalar(select(func.count()).select_from(WebhookEndpoint).where(where)) or 0
-    rows = session.scalars(
-        select(WebhookEndpoint)
-        .where(where)
-        .order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)
-        .offset(params.offset)
-        .limit(params.page_size)
-    ).all()
+def list_endpoints(
+    session: Session, *, company_id: uuid.UUID, params: PageQuery
+) -> Page[EndpointRead]:
+    rows, total = paginate(
+        session,
+        select(WebhookEndpoint).where(WebhookEndpoint.company_id == company_id),
+        WebhookEndpoint.created_at,
+        WebhookEndpoint.id,
+        params=params,
+    )
     return Page[EndpointRead].of([view(r) for r in rows], params=params, total=total)
 
 
@@ -136,12 +135,8 @@ def update_endpoint(
 
 
 def delete_endpoint(session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID) -> None:
-    """The endpoint, its deliveries and their attempts."""
-    row = _owned(session, company_id, endpoint_id)
-    deliveries = select(WebhookDelivery.id).where(WebhookDelivery.endpoint_id == row.id)
-    session.execute(delete(WebhookAttempt).where(WebhookAttempt.delivery_id.in_(deliveries)))
-    session.execute(delete(WebhookDelivery).where(WebhookDelivery.endpoint_id == row.id))
-    session.delete(row)
+    """The endpoint; its deliveries and their attempts go with it (foreign keys)."""
+    session.delete(_owned(session, company_id, endpoint_id))
     session.flush()
 
 
@@ -164,17 +159,16 @@ def list_deliveries(
 ) -> Page[DeliveryRead]:
     """An endpoint's deliveries, newest first, each with its attempts."""
     endpoint = _owned(session, company_id, endpoint_id)
-    where = [WebhookDelivery.endpoint_id == endpoint.id]
+    chosen = select(WebhookDelivery).where(WebhookDelivery.endpoint_id == endpoint.id)
     if query.status:
-        where.append(WebhookDelivery.status == query.status)
-    total = session.scalar(select(func.count()).select_from(WebhookDelivery).where(*where)) or 0
-    rows = session.scalars(
-        select(WebhookDelivery)
-        .where(*where)
-        .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.event_seq.desc())
-        .offset(query.offset)
-        .limit(query.page_size)
-    ).all()
+        chosen = chosen.where(WebhookDelivery.status == query.status)
+    rows, total = paginate(
+        session,
+        chosen,
+        WebhookDelivery.created_at.desc(),
+        WebhookDelivery.event_seq.desc(),
+        params=query,
+    )
     attempts: dict[int, list[AttemptRead]] = {row.id: [] for row in rows}
     if rows:
         for attempt in session.scalars(
@@ -206,6 +200,8 @@ def replay(
     event id, so a receiver that dedupes on `webhook-id` sees a repeat."""
     endpoint = _owned(session, company_id, endpoint_id)
     now = utcnow_ms()
+    # a disabled endpoint's deliveries wait unscheduled until it is enabled (`schedule`)
+    due = now if endpoint.status == "enabled" else None
     until = body.until or now + timedelta(milliseconds=1)
     matching = [
         Event.company_id == company_id,
@@ -223,7 +219,7 @@ def replay(
         if body.only_failed
         else WebhookDelivery.status != "pending",
     )
-    result = session.execute(requeue.values(status="pending", attempt_count=0, next_attempt_at=now))
+    result = session.execute(requeue.values(status="pending", attempt_count=0, next_attempt_at=due))
     queued = result.rowcount  # type: ignore[attr-defined]
     if not body.only_failed:
         missing = (
@@ -241,7 +237,9 @@ def replay(
             )
         )
         # counted from what it returns: an ORM session answers no rowcount for it
-        added = dispatch.deliveries_of(endpoint.id, missing, now).returning(WebhookDelivery.id)
+        added = dispatch.deliveries_of(endpoint.id, missing, now, due=due).returning(
+            WebhookDelivery.id
+        )
         queued += len(session.execute(added).all())
     session.flush()
     return int(queued)
