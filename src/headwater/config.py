@@ -114,6 +114,20 @@ class Settings(BaseSettings):
     # else a key made once at $data_dir/webhook_secret_key (mode 0600)
     webhook_secret_key: SecretStr | None = None
 
+    # the record feed and exports (contract section 14)
+    # how often a waiting feed request looks for records committed by other processes
+    # (commits in its own process wake it at once)
+    feed_poll_seconds: float = Field(1.0, gt=0, le=30)
+    export_url_lifetime_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)
+    # an export's file is deleted this long after it completed
+    export_retention_hours: float = Field(24, gt=0, le=24 * 90)
+    # exports run at once per worker process (0: this process runs none)
+    export_workers: int = Field(1, ge=0, le=16)
+    export_job_stale_seconds: float = Field(300.0, gt=0)
+    export_max_attempts: int = Field(3, ge=1)
+    # rows a Parquet row group holds (the export's memory grows with it, not the dataset)
+    export_row_group_rows: int = Field(65536, ge=1000, le=1_000_000)
+
     auto_migrate: bool = True
     worker_enabled: bool = True
     worker_interval_seconds: float = Field(30.0, gt=0)

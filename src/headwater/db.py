@@ -8,11 +8,21 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy import JSON, Connection, DateTime, Engine, MetaData, create_engine, event, text
+from sqlalchemy import (
+    JSON,
+    Connection,
+    DateTime,
+    Engine,
+    MetaData,
+    create_engine,
+    event,
+    select,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -57,6 +67,34 @@ class UTCDateTime(TypeDecorator[datetime]):
 def dialect_insert(dialect: Dialect) -> Callable[..., Any]:
     """The dialect's own INSERT, with ON CONFLICT (PostgreSQL's or SQLite's)."""
     return postgresql.insert if dialect.name == "postgresql" else sqlite.insert
+
+
+@contextmanager
+def unless_writer_busy() -> Iterator[None]:
+    """A write that may wait for a later call: skipped, not failed, when SQLite's one
+    writer is busy (a file's long transaction holds it). The feeds number what has
+    committed this way: what is not numbered now is numbered on a later page, and a
+    cursor never passes it."""
+    try:
+        yield
+    except OperationalError as exc:
+        if "locked" not in str(exc):
+            raise
+
+
+def locked_head(connection: Connection, column: Any, key: Any) -> int:
+    """The counter row of `column`'s table for `key` (its primary key; the row is made
+    at 0 if missing), locked until the caller's commit: its `pos`. Whoever holds the
+    lock is the one process numbering that key's log (`events.log`, `ingestion.feed`)."""
+    table = column.class_
+    connection.execute(
+        dialect_insert(connection.dialect)(table)
+        .values({column.key: key, "pos": 0})
+        .on_conflict_do_nothing(index_elements=[column.key])
+    )
+    return int(
+        connection.execute(select(table.pos).where(column == key).with_for_update()).scalar_one()
+    )
 
 
 def driver_execute(connection: Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:

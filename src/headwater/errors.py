@@ -140,6 +140,18 @@ class Conflict(DomainError):
     title = "Conflict"
 
 
+class InvalidCursor(BadRequest):
+    """A feed's `after` that is not a cursor the feed gave (events, record changes)."""
+
+    code = "invalid_cursor"
+    title = "Invalid cursor"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            detail, errors=[{"location": "query", "field": "after", "message": "not a cursor"}]
+        )
+
+
 class Gone(DomainError):
     status = 410
     code = "gone"

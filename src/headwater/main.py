@@ -18,6 +18,7 @@ from starlette.requests import Request
 from headwater import errors, worker
 from headwater.activity import router as activity_router
 from headwater.config import Settings, get_settings
+from headwater.exports import router as exports_router
 from headwater.files import router as files_router
 from headwater.files.stores import UPLOAD_PATH
 from headwater.identity import router as identity_router
@@ -103,7 +104,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sftp_router.router)
     app.include_router(inbox_router.router)
     app.include_router(webhooks_router.router)
+    app.include_router(exports_router.router)
     app.include_router(files_router.uploads)
+    app.include_router(exports_router.downloads)
     app.include_router(files_router.hooks)
     app.include_router(workflows_router.router)
     app.include_router(activity_router.router)

@@ -6,6 +6,7 @@ from __future__ import annotations
 def load_all() -> None:
     import headwater.activity.models
     import headwater.events.models
+    import headwater.exports.models
     import headwater.files.models
     import headwater.identity.models
     import headwater.inbox.models

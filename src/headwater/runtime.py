@@ -23,6 +23,7 @@ from headwater.ingestion.groups import PushQueue
 from headwater.kit import memory
 from headwater.kit.gate import Gate
 from headwater.kit.ratelimit import FailureLimit, RateLimiter, make_rate_limiter
+from headwater.kit.signals import Signals
 from headwater.webhooks.crypto import SecretBox, key_file_material
 
 log = structlog.get_logger("headwater.runtime")
@@ -44,6 +45,11 @@ class Runtime:
     secret_box: SecretBox
     # Set when an upload has queued a job, so an in-process worker starts at once.
     files_queued: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when an export is queued, so an in-process worker starts at once.
+    exports_queued: asyncio.Event = field(default_factory=asyncio.Event)
+    # Wakes record feed requests waiting on a (client_id, dataset_id) when this process
+    # commits records there.
+    commits: Signals = field(default_factory=Signals)
 
     async def close(self) -> None:
         await self.limiter.close()

@@ -10,6 +10,7 @@ import asyncio
 import os
 import socket
 import threading
+import uuid
 from asyncio import Task
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -19,6 +20,7 @@ import anyio.to_thread
 import structlog
 
 from headwater.config import Settings
+from headwater.exports import service as exports
 from headwater.files import processing
 from headwater.files import service as files
 from headwater.kit.clock import utcnow
@@ -124,6 +126,13 @@ async def purge_events(runtime: Runtime) -> None:
         log.info("events past retention removed", count=purged)
 
 
+async def purge_exports(runtime: Runtime) -> None:
+    """Export files past their lifetime (HEADWATER_EXPORT_RETENTION_HOURS): deleted."""
+    purged = await anyio.to_thread.run_sync(exports.purge, runtime.db, runtime.store)
+    if purged:
+        log.info("export files past their lifetime deleted", count=purged)
+
+
 JOBS: list[Job] = [
     refresh_verification_keys,
     forget_idempotency_keys,
@@ -133,6 +142,7 @@ JOBS: list[Job] = [
     sweep_incoming,
     send_email_replies,
     purge_events,
+    purge_exports,
 ]
 
 
@@ -184,12 +194,20 @@ def start_jobs(runtime: Runtime, stop: asyncio.Event, *, file_workers: int) -> l
     from headwater.webhooks.sender import Deliverer
 
     deliverer = Deliverer(runtime.db, runtime.secret_box, runtime.settings)
-    return [
-        asyncio.create_task(run_forever(runtime, stop)),
-        asyncio.create_task(deliverer.run(stop)),
-    ] + [
-        asyncio.create_task(run_files_forever(runtime, stop, slot)) for slot in range(file_workers)
-    ]
+    return (
+        [
+            asyncio.create_task(run_forever(runtime, stop)),
+            asyncio.create_task(deliverer.run(stop)),
+        ]
+        + [
+            asyncio.create_task(run_files_forever(runtime, stop, slot))
+            for slot in range(file_workers)
+        ]
+        + [
+            asyncio.create_task(run_exports_forever(runtime, stop, slot))
+            for slot in range(runtime.settings.export_workers)
+        ]
+    )
 
 
 async def stop_jobs(runtime: Runtime, stop: asyncio.Event, tasks: list[Task[None]]) -> None:
@@ -198,6 +216,7 @@ async def stop_jobs(runtime: Runtime, stop: asyncio.Event, tasks: list[Task[None
     stale and another worker takes the job over)."""
     stop.set()
     runtime.files_queued.set()
+    runtime.exports_queued.set()
     if tasks:
         await asyncio.wait(tasks, timeout=runtime.settings.shutdown_timeout_seconds)
 
@@ -216,33 +235,79 @@ def process_one(runtime: Runtime, worker: str, stop: threading.Event | None = No
     """Claim and process one file job; False when the queue is empty. Once `stop` is set,
     a job in progress is handed back (it runs again, here or elsewhere, still once)."""
     settings = job_settings(runtime.settings)
-    job_id = processing.claim_next(
-        runtime.db, worker=worker, bucket=runtime.store.bucket, settings=settings
+    return _attempt(
+        "file job",
+        processing.claim_next(
+            runtime.db, worker=worker, bucket=runtime.store.bucket, settings=settings
+        ),
+        lambda job_id: processing.run_job(
+            runtime.db, runtime.store, job_id, worker=worker, settings=settings, stop=stop
+        ),
+        lambda job_id, **how: processing.release(runtime.db, job_id, worker=worker, **how),
+        processing.Interrupted,
     )
+
+
+def _attempt(
+    kind: str,
+    job_id: uuid.UUID | None,
+    run: Callable[[uuid.UUID], object],
+    release: Callable[..., None],
+    interrupted: type[Exception],
+) -> bool:
+    """Run a claimed job (none: False). Interrupted by shutdown, it is handed back
+    uncounted; failed, it is queued again with the attempt counted."""
     if job_id is None:
         return False
     try:
-        processing.run_job(
-            runtime.db, runtime.store, job_id, worker=worker, settings=settings, stop=stop
-        )
-    except processing.Interrupted:
-        log.info("file job handed back at shutdown", job=str(job_id))
-        processing.release(runtime.db, job_id, worker=worker, handed_back=True)
+        run(job_id)
+    except interrupted:
+        log.info(f"{kind} handed back at shutdown", job=str(job_id))
+        release(job_id, handed_back=True)
     except Exception:
-        log.exception("file job attempt failed", job=str(job_id))
-        processing.release(runtime.db, job_id, worker=worker)
+        log.exception(f"{kind} attempt failed", job=str(job_id))
+        release(job_id)
     return True
+
+
+Take = Callable[[Runtime, str, threading.Event], bool]
 
 
 async def run_files_forever(runtime: Runtime, stop: asyncio.Event, slot: int = 0) -> None:
     """Process file jobs one after another until `stop`; between jobs, wait for an upload
     in this process (at once) or for the poll interval (uploads to other processes)."""
     worker = f"{socket.gethostname()}:{os.getpid()}:{slot}"
+    await _drain_forever(runtime, stop, process_one, worker, runtime.files_queued, "file")
+
+
+async def _drain_forever(
+    runtime: Runtime,
+    stop: asyncio.Event,
+    take: Take,
+    worker: str,
+    queued: asyncio.Event,
+    name: str,
+) -> None:
+    """Run `take` (one job of a queue, on a thread) until it finds none, then wait for
+    `queued` (work queued in this process) or the poll interval; until `stop`."""
     poll = runtime.settings.file_poll_seconds
     stopping = threading.Event()  # `stop`, as the worker thread can see it
     watcher = asyncio.create_task(_mirror(stop, stopping))
     try:
-        await _process_files(runtime, stop, stopping, worker, poll)
+        while not stop.is_set():
+            try:
+                worked = await anyio.to_thread.run_sync(take, runtime, worker, stopping)
+            except Exception as exc:
+                # the database is unreachable or busy (SQLite: another process's file)
+                log.warning(f"{name} queue unavailable", error=str(exc).splitlines()[0])
+                worked = False
+            if worked:
+                continue
+            queued.clear()
+            try:
+                await asyncio.wait_for(queued.wait(), timeout=poll)
+            except TimeoutError:
+                continue
     finally:
         watcher.cancel()
 
@@ -252,24 +317,36 @@ async def _mirror(stop: asyncio.Event, stopping: threading.Event) -> None:
     stopping.set()
 
 
-async def _process_files(
-    runtime: Runtime,
-    stop: asyncio.Event,
-    stopping: threading.Event,
-    worker: str,
-    poll: float,
-) -> None:
-    while not stop.is_set():
-        try:
-            worked = await anyio.to_thread.run_sync(process_one, runtime, worker, stopping)
-        except Exception as exc:
-            # the database is unreachable or busy (SQLite: another process's file)
-            log.warning("file queue unavailable", error=str(exc).splitlines()[0])
-            worked = False
-        if worked:
-            continue
-        runtime.files_queued.clear()
-        try:
-            await asyncio.wait_for(runtime.files_queued.wait(), timeout=poll)
-        except TimeoutError:
-            continue
+def export_settings(settings: Settings) -> exports.JobSettings:
+    return exports.JobSettings(
+        retention=timedelta(hours=settings.export_retention_hours),
+        stale=timedelta(seconds=settings.export_job_stale_seconds),
+        max_attempts=settings.export_max_attempts,
+        row_group_rows=settings.export_row_group_rows,
+    )
+
+
+def export_one(runtime: Runtime, worker: str, stop: threading.Event | None = None) -> bool:
+    """Claim and run one export; False when the queue is empty. Once `stop` is set, an
+    export in progress is handed back (it runs again, here or elsewhere)."""
+    from headwater.exports import runner
+
+    settings = export_settings(runtime.settings)
+    return _attempt(
+        "export",
+        exports.claim_next(
+            runtime.db, worker=worker, bucket=runtime.store.bucket, settings=settings
+        ),
+        lambda export_id: runner.run(
+            runtime.db, runtime.store, export_id, worker=worker, settings=settings, stop=stop
+        ),
+        lambda export_id, **how: exports.release(runtime.db, export_id, worker=worker, **how),
+        exports.Interrupted,
+    )
+
+
+async def run_exports_forever(runtime: Runtime, stop: asyncio.Event, slot: int = 0) -> None:
+    """Run exports one after another until `stop`; between them, wait for an export
+    asked of this process (at once) or for the poll interval (those of other processes)."""
+    worker = f"{socket.gethostname()}:{os.getpid()}:export-{slot}"
+    await _drain_forever(runtime, stop, export_one, worker, runtime.exports_queued, "export")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 import httpx
@@ -75,9 +75,9 @@ class FileTenant(DataTenant):
         run_worker(self.client)
         return self.transaction(ticket["transaction_id"])
 
-    def via(self, client: TestClient) -> FileTenant:
+    def via(self, client: TestClient) -> Self:
         """The same tenant, calling another app on the same database."""
-        moved = FileTenant.__new__(FileTenant)
+        moved = type(self).__new__(type(self))
         moved.__dict__ |= self.__dict__ | {"client": client}
         return moved
 

@@ -37,6 +37,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
     work = tmp_path_factory.mktemp("readme")
     (work / ".venv").symlink_to(ROOT / ".venv")
     (work / "src").symlink_to(ROOT / "src")
+    (work / ".tools").symlink_to(ROOT / ".tools")  # the DuckDB example installs with uv
     port = free_port()
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("HEADWATER_", "PROMETHEUS"))
@@ -135,3 +136,7 @@ def test_every_readme_example_runs_as_written_against_the_demo(demo: dict[str, o
     # what the examples did is visible: the file of the upload example completed
     uploaded = next(o for o in outputs if '"file_name":"orders.csv"' in o.replace(" ", ""))
     assert json.loads(uploaded.strip().splitlines()[-1])["status"] == "completed"
+    # the export example's Parquet file loaded into DuckDB: its records counted
+    duck = outputs[next(n for n, block in enumerate(blocks) if "import duckdb" in block)]
+    counted = re.search(r"│\s+(\d+)\s+│\s+[\d.]+\s+│", duck)
+    assert counted is not None and int(counted.group(1)) > 0, duck

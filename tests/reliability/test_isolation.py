@@ -83,6 +83,13 @@ class Company:
             headers=self.headers,
         )
         assert disabled.status_code == 200
+        export = client.post(
+            "/platform/v1/exports",
+            json={"client_id": self.client_id, "dataset_id": "orders", "format": "csv"},
+            headers=self.headers,
+        )
+        assert export.status_code == 202, export.text
+        self.export = export.json()["export_id"]
 
 
 @dataclass(frozen=True)
@@ -258,12 +265,25 @@ MATRIX = [
         "/platform/v1/webhook_endpoints/{hook}/replay",
         body={"since": "2026-01-01T00:00:00Z"},
     ),
+    Row(
+        "GET",
+        "/platform/v1/data/changes",
+        "/platform/v1/data/changes",
+        params={"client_id": "{client_id}", "dataset_id": "orders"},
+    ),
+    Row(
+        "POST",
+        "/platform/v1/exports",
+        "/platform/v1/exports",
+        body={"client_id": "{client_id}", "dataset_id": "orders", "format": "parquet"},
+    ),
+    Row("GET", "/platform/v1/exports/{export_id}", "/platform/v1/exports/{export}"),
 ]
 
 # Operations that name no company resource: lists of one's own company (checked below),
 # creates without references, the operator API (admin scope), and the public endpoints.
 NOT_IN_MATRIX = re.compile(
-    r"^(/admin/|/oauth/|/\.well-known/|/healthz|/readyz|/metrics|/uploads/|/hooks/"
+    r"^(/admin/|/oauth/|/\.well-known/|/healthz|/readyz|/metrics|/uploads/|/downloads/|/hooks/"
     r"|/platform/v1/whoami$|/app/v1/workflow_categories$|/app/v1/workflow_templates$"
     r"|/platform/v1/events$|/platform/v1/webhook_endpoints$)"
 )
@@ -291,13 +311,15 @@ def _ids(company: Company) -> dict[str, str]:
             "file",
             "client_id",
             "hook",
+            "export",
         )
     }
 
 
 MISSING = {
     **dict.fromkeys(
-        ("category", "template", "workflow", "task", "pushed", "file", "hook"), MISSING_UUID
+        ("category", "template", "workflow", "task", "pushed", "file", "hook", "export"),
+        MISSING_UUID,
     ),
     "client_id": MISSING_CLIENT,
 }

@@ -23,6 +23,7 @@ DOMAINS = (
     "activity",
     "sftp",
     "inbox",
+    "exports",
 )
 # the protocol adapters: HTTP routers and the SFTP server
 ROUTERS = ("router.py", "token_router.py", "server.py")
@@ -30,18 +31,26 @@ WIRING = ("headwater.runtime", "headwater.main", "headwater.cli", "headwater.wor
 HTTP = ("fastapi", "starlette", "headwater.web", "headwater.ops")
 # The tables each domain owns: no other module inserts, updates or deletes their rows.
 OWNED = {
-    "ingestion": {"Transaction", "Record", "RecordCount", "Dataset", "DatasetSchema"},
+    "ingestion": {"Transaction", "Record", "RecordCount", "Dataset", "DatasetSchema", "FeedHead"},
     "events": {"Event"},
     "files": {"FileJob", "FileUpload", "QuarantinedRow"},
     "sftp": {"SftpAccount", "SftpUpload"},
     "inbox": {"Inbox", "InboxMessage"},
+    "exports": {"Export"},
 }
 SQL_TABLES = {
-    "ingestion": ("transactions", "records", "dataset_record_counts", "datasets"),
+    "ingestion": (
+        "transactions",
+        "records",
+        "dataset_record_counts",
+        "datasets",
+        "record_feed_heads",
+    ),
     "events": ("events",),
     "files": ("file_jobs", "file_uploads", "quarantined_rows"),
     "sftp": ("sftp_accounts", "sftp_uploads"),
     "inbox": ("inboxes", "inbox_messages"),
+    "exports": ("exports",),
 }
 
 

@@ -45,7 +45,7 @@ from sqlalchemy import (
     update,
 )
 
-from headwater.db import dialect_insert
+from headwater.db import locked_head
 from headwater.events.models import Event, EventHead, EventHorizon
 
 # Numbers a company's oldest unsequenced events from its head on, in insertion order, in
@@ -95,16 +95,7 @@ def pending(connection: Connection, company_id: uuid.UUID) -> bool:
 
 def _locked_head(connection: Connection, company_id: uuid.UUID) -> int:
     """The company's last position, its row locked until the caller's commit."""
-    connection.execute(
-        dialect_insert(connection.dialect)(EventHead)
-        .values(company_id=company_id, pos=0)
-        .on_conflict_do_nothing(index_elements=["company_id"])
-    )
-    return int(
-        connection.execute(
-            select(EventHead.pos).where(EventHead.company_id == company_id).with_for_update()
-        ).scalar_one()
-    )
+    return locked_head(connection, EventHead.company_id, company_id)
 
 
 def sequence(

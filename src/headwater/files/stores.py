@@ -22,6 +22,7 @@ from headwater.config import Settings
 from headwater.kit.clock import utcnow
 
 UPLOAD_PATH = "/uploads/"
+DOWNLOAD_PATH = "/downloads/"
 _KEY = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -58,6 +59,12 @@ class Store(Protocol):
     def upload_url(
         self, *, key: str, content_type: str, max_bytes: int, expires_at: datetime
     ) -> str: ...
+
+    def export_key(self, *, company_id: uuid.UUID, export_id: uuid.UUID, suffix: str) -> str: ...
+
+    def download_url(self, *, key: str, filename: str, expires_at: datetime) -> str:
+        """A presigned GET of the object, saved as `filename`, until `expires_at`."""
+        ...
 
     def head(self, key: str) -> ObjectInfo | None: ...
 
@@ -105,6 +112,27 @@ class EmbeddedStore:
     def signature(self, *, key: str, expires: int, content_type: str, max_bytes: int) -> str:
         message = f"PUT\n{UPLOAD_PATH}{key}\n{expires}\n{content_type}\n{max_bytes}".encode()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def export_key(self, *, company_id: uuid.UUID, export_id: uuid.UUID, suffix: str) -> str:
+        return export_id.hex
+
+    def download_signature(self, *, key: str, expires: int, filename: str) -> str:
+        """GET's signature: binds the method, the path, the expiry and the file name."""
+        message = f"GET\n{DOWNLOAD_PATH}{key}\n{expires}\n{filename}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def download_url(self, *, key: str, filename: str, expires_at: datetime) -> str:
+        expires = int(expires_at.timestamp())
+        query = {
+            "expires": expires,
+            "filename": filename,
+            "signature": self.download_signature(key=key, expires=expires, filename=filename),
+        }
+        return f"{self.public_url}{DOWNLOAD_PATH}{key}?{urlencode(query)}"
+
+    def path_of(self, key: str) -> Path:
+        """Where an object is on disk (FileNotFoundError for a key that is not one)."""
+        return self._path(key)
 
     def upload_url(
         self, *, key: str, content_type: str, max_bytes: int, expires_at: datetime
@@ -268,6 +296,23 @@ class S3Store:
             Params={"Bucket": self.bucket, "Key": key, "ContentType": content_type},
             ExpiresIn=lifetime,
             HttpMethod="PUT",
+        )
+        return url
+
+    def export_key(self, *, company_id: uuid.UUID, export_id: uuid.UUID, suffix: str) -> str:
+        return f"exports/{company_id.hex}/{export_id.hex}.{suffix}"
+
+    def download_url(self, *, key: str, filename: str, expires_at: datetime) -> str:
+        lifetime = max(1, int((expires_at - utcnow()).total_seconds()))
+        url: str = self.client.generate_presigned_url(
+            "get_object",
+            Params={
+                "Bucket": self.bucket,
+                "Key": key,
+                "ResponseContentDisposition": f'attachment; filename="{filename}"',
+            },
+            ExpiresIn=lifetime,
+            HttpMethod="GET",
         )
         return url
 

@@ -16,10 +16,14 @@ from sqlalchemy import (
     String,
     UniqueConstraint,
     Uuid,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from headwater.db import Base, JSONDocument, UTCDateTime
+
+# A stored transaction not numbered in its dataset's record feed yet.
+UNFED = "feed_pos IS NULL AND status = 'completed' AND records_accepted > 0"
 
 
 class Dataset(Base):
@@ -59,6 +63,20 @@ class Transaction(Base):
     __table_args__ = (
         Index(None, "company_id", "created_at"),
         Index(None, "dataset_pk", "created_at"),
+        Index(
+            "ix_transactions_feed",
+            "dataset_pk",
+            "feed_pos",
+            postgresql_where=text("feed_pos IS NOT NULL"),
+            sqlite_where=text("feed_pos IS NOT NULL"),
+        ),
+        Index(
+            "ix_transactions_unfed",
+            "dataset_pk",
+            "completed_at",
+            postgresql_where=text(UNFED),
+            sqlite_where=text(UNFED),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
@@ -86,6 +104,18 @@ class Transaction(Base):
     uploaded_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # its place in its dataset's record feed, given after commit (`ingestion.feed`)
+    feed_pos: Mapped[int | None] = mapped_column(BigInteger, default=None)
+
+
+class FeedHead(Base):
+    """A dataset's last record feed position given. Its row lock makes the dataset's
+    numbering one at a time."""
+
+    __tablename__ = "record_feed_heads"
+
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    pos: Mapped[int] = mapped_column(BigInteger)
 
 
 class Record(Base):
@@ -100,7 +130,7 @@ class Record(Base):
     __tablename__ = "records"
     __table_args__ = (
         Index(None, "dataset_pk", "ingested_at", "seq"),
-        Index(None, "transaction_id"),
+        Index(None, "transaction_id", "seq"),
     )
 
     seq: Mapped[int] = mapped_column(

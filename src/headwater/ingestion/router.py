@@ -16,6 +16,8 @@ from starlette.responses import Response, StreamingResponse
 from headwater.ingestion import datasets, service
 from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON, RecordsInvalid
 from headwater.ingestion.schemas import (
+    ChangesPage,
+    ChangesQuery,
     ClientQuery,
     DatasetCreate,
     DatasetQuery,
@@ -152,6 +154,9 @@ async def push_json(caller: DataWrite, request: Request) -> Response:
             idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
         ),
     )
+    if pushed.accepted and not pushed.replayed:
+        transaction = pushed.transaction
+        runtime.commits.notify((transaction["client_id"], transaction["dataset_id"]))
     return push_response(pushed)
 
 
@@ -268,6 +273,33 @@ async def list_records(
         return json_response(Page[RecordRead].of(items, params=query, total=total))
 
     return await run_in_threadpool(page)
+
+
+@router.get(
+    "/data/changes",
+    response_model=ChangesPage,
+    responses={
+        400: {"description": "`after` is not a cursor of this dataset's feed."},
+        403: {"description": "The token may not use this ingestion client."},
+        404: {"description": "The client has no such dataset."},
+    },
+)
+async def list_changes(
+    query: Annotated[ChangesQuery, Query()], runtime: RuntimeDep, caller: DataRead
+) -> Response:
+    """A dataset's records in the order their transactions committed. Follow
+    `next_cursor` (as `after`) to read every record exactly once, none skipped and none
+    repeated, also while pushes and files are committing; an empty page answers the
+    cursor it was given. With `wait`, an empty page waits that long for new records
+    (long polling) and answers as soon as one commits."""
+    body = await service.changes(
+        runtime.db,
+        caller,
+        query,
+        commits=runtime.commits,
+        poll=runtime.settings.feed_poll_seconds,
+    )
+    return Response(body, media_type="application/json")
 
 
 @router.get("/datasets", response_model=Page[DatasetRead])

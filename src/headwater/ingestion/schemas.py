@@ -11,7 +11,7 @@ from headwater.identity.schemas import ClientId
 from headwater.ingestion import normalise
 from headwater.kit import strictjson
 from headwater.kit.clock import InputDateTime, Timestamp
-from headwater.kit.pagination import PageQuery
+from headwater.kit.pagination import Digits, PageQuery
 from headwater.kit.schemas import Input, Output
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -272,4 +272,30 @@ class RecordQuery(PageQuery):
             "hyphens and underscores included."
         ),
         examples=['{"customer-email": "ann@example.com", "paid": true}'],
+    )
+
+
+class ChangesQuery(Input):
+    client_id: ClientId
+    dataset_id: DatasetId
+    after: Annotated[str, StringConstraints(max_length=200)] | None = Field(
+        None, description="A `next_cursor`; absent: from the dataset's first record."
+    )
+    limit: Digits = Field(100, ge=1, le=1000, description="Records per page, 1-1000.")
+    wait: float = Field(
+        0,
+        ge=0,
+        le=30,
+        allow_inf_nan=False,
+        description="Seconds (0-30) an empty page waits for new records before it answers.",
+        examples=[10],
+    )
+
+
+class ChangesPage(Output):
+    data: list[RecordRead]
+    next_cursor: str = Field(
+        description="Pass as `after` for the next page; an empty page answers the cursor "
+        "it was given. A cursor stays valid as long as the records after it exist.",
+        examples=["cjE6NDI6MTAwNzpkM2I0YTFmMA"],
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import anyio.to_thread
 import orjson
 from sqlalchemy import (
     Connection,
@@ -25,7 +27,7 @@ from sqlalchemy.orm import Session
 from headwater.db import Database, dialect_insert
 from headwater.errors import DomainError, MalformedJSON, is_unreachable
 from headwater.identity.tokens import Principal
-from headwater.ingestion import datasets, lifecycle, repository, sinks, validation
+from headwater.ingestion import datasets, feed, lifecycle, metrics, repository, sinks, validation
 from headwater.ingestion.errors import (
     BatchTooLarge,
     DatasetNotFound,
@@ -37,6 +39,7 @@ from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transact
 from headwater.ingestion.repository import count_records, field_equals
 from headwater.ingestion.schemas import (
     ID_PATTERN,
+    ChangesQuery,
     RecordQuery,
     RecordRead,
     TransactionQuery,
@@ -46,6 +49,7 @@ from headwater.ingestion.sinks import RecordBatch
 from headwater.kit import strictjson
 from headwater.kit.clock import iso_ms, utcnow, utcnow_ms
 from headwater.kit.pagination import paginate
+from headwater.kit.signals import Signals
 
 _ID = re.compile(ID_PATTERN)
 _ENVELOPE = ("client_id", "dataset_id", "data")
@@ -619,3 +623,36 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
             after = (rows[-1].ingested_at, rows[-1].seq)
 
     return lines()
+
+
+# --- the record feed --------------------------------------------------------------------------
+
+
+def _changes(
+    db: Database, caller: Principal, query: ChangesQuery
+) -> tuple[uuid.UUID, feed.Changes]:
+    """A page of the feed: the dataset (403/404 as a push's), then `feed.page`."""
+    with db.read_connection() as connection:
+        target = repository.target(connection, query.client_id, query.dataset_id)
+        dataset_pk = _usable(caller, query.client_id, query.dataset_id, target).id
+    cursor = feed.decode(query.after, dataset_pk)
+    return dataset_pk, feed.page(db, dataset_pk, cursor, limit=query.limit)
+
+
+async def changes(
+    db: Database, caller: Principal, query: ChangesQuery, *, commits: Signals, poll: float
+) -> bytes:
+    """A page of the record feed as JSON (`ChangesPage`). An empty page waits up to
+    `query.wait` seconds for records, holding no database connection meanwhile: a commit
+    in this process wakes it at once (`commits`, keyed by client and dataset), another
+    process's shows at the next look, every `poll` seconds."""
+    deadline = time.monotonic() + query.wait
+    key = (query.client_id, query.dataset_id)
+    while True:
+        dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query)
+        remaining = deadline - time.monotonic()
+        if page.count or remaining <= 0:
+            metrics.FEED_PAGES.labels("records" if page.count else "empty").inc()
+            metrics.FEED_RECORDS.inc(page.count)
+            return page.body(dataset_pk)
+        await commits.wait(key, min(remaining, poll))

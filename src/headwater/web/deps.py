@@ -33,6 +33,7 @@ from headwater.kit import strictjson
 from headwater.kit.gate import Gate
 from headwater.kit.pagination import PageQuery
 from headwater.kit.ratelimit import FailureLimit, RateLimiter
+from headwater.kit.signals import Signals
 from headwater.webhooks.crypto import SecretBox
 
 oauth2 = OAuth2(
@@ -61,7 +62,9 @@ class Services(Protocol):
     secret_checks: Gate
     token_failures: FailureLimit
     files_queued: asyncio.Event
+    exports_queued: asyncio.Event
     secret_box: SecretBox
+    commits: Signals
 
 
 async def get_runtime(request: Request) -> Services:

@@ -15,11 +15,6 @@ class InvalidWebhookURL(BadRequest):
     title = "Webhook URL not allowed"
 
 
-class InvalidCursor(BadRequest):
-    code = "invalid_cursor"
-    title = "Invalid cursor"
-
-
 class CursorExpired(Gone):
     code = "cursor_expired"
     title = "Cursor expired"

@@ -4,43 +4,37 @@ order of commits and no event is ever passed)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.exc import OperationalError
-
-from headwater.db import Database
+from headwater.db import Database, unless_writer_busy
+from headwater.errors import InvalidCursor
 from headwater.events import log
+from headwater.kit import cursors
 from headwater.webhooks import dispatch
-from headwater.webhooks.errors import CursorExpired, InvalidCursor
+from headwater.webhooks.errors import CursorExpired
 from headwater.webhooks.rendering import render
 
-_CURSOR_PREFIX = "p:"
+_PREFIX = "p"
 
 
 def encode(position: int) -> str:
-    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{position}".encode()).decode().rstrip("=")
+    return cursors.pack(_PREFIX, position)
 
 
 def decode(cursor: str | None) -> int:
     """The position a cursor names; 400 for anything that is not one of ours."""
     if cursor is None:
         return 0
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        text = ""
-    digits = text.removeprefix(_CURSOR_PREFIX)
-    if not text.startswith(_CURSOR_PREFIX) or not digits.isdigit() or len(digits) > 18:
+    parts = cursors.unpack(cursor)
+    position = cursors.number(parts[1]) if len(parts) == 2 and parts[0] == _PREFIX else None
+    if position is None:
         raise InvalidCursor(
             "`after` is not a cursor this feed gave; pass a `next_cursor` as it came, or "
-            "leave `after` out to read from the oldest event kept.",
-            errors=[{"location": "query", "field": "after", "message": "not a cursor"}],
+            "leave `after` out to read from the oldest event kept."
         )
-    return int(digits)
+    return position
 
 
 def page(
@@ -57,18 +51,12 @@ def page(
     with db.read_connection() as connection:
         if position > log.head(connection, company_id):
             raise InvalidCursor(
-                "`after` points past the end of the log; pass a `next_cursor` as it came.",
-                errors=[{"location": "query", "field": "after", "message": "not a cursor"}],
+                "`after` points past the end of the log; pass a `next_cursor` as it came."
             )
         waiting = log.pending(connection, company_id)
     if waiting:
-        try:
+        with unless_writer_busy():
             dispatch.sequence_all(db, company_id)
-        except OperationalError as exc:
-            # SQLite's one writer is busy (a file's long transaction): read what has its
-            # position; the rest shows on a later page (a cursor never passes it)
-            if "locked" not in str(exc):
-                raise
     with db.read_connection() as connection:
         rows = log.after(
             connection, company_id=company_id, position=position, types=types, limit=limit

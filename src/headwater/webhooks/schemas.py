@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, StringConstraints, field_validator, model_validator
 
 from headwater.events.outbox import TYPES
+from headwater.exports.schemas import EXAMPLE as EXPORT_EXAMPLE
 from headwater.kit.clock import InputDateTime, Timestamp
 from headwater.kit.pagination import Digits, PageQuery
 from headwater.kit.schemas import Input, Output
@@ -53,6 +54,8 @@ def _event(type_: str, data: dict[str, Any]) -> dict[str, Any]:
 
 
 # One example of each event's JSON, for the OpenAPI description.
+# an export as its events carry it: never a download URL (read the export for one)
+_EXPORT: dict[str, Any] = EXPORT_EXAMPLE | {"download_url": None, "expires_at": None}
 EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
     "transaction.completed": _event("transaction.completed", _TRANSACTION),
     "transaction.rejected": _event(
@@ -119,6 +122,18 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
             "created_by": "5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b",
             "updated_by": "5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b",
             "previous_status": "draft",
+        },
+    ),
+    "export.completed": _event("export.completed", _EXPORT),
+    "export.failed": _event(
+        "export.failed",
+        _EXPORT
+        | {
+            "status": "failed",
+            "record_count": None,
+            "file_size": None,
+            "available_until": None,
+            "error": "the export failed 3 times",
         },
     ),
     "webhook_endpoint.disabled": _event(

@@ -18,7 +18,9 @@ from headwater_client.models import (
     ActivityEntry,
     BatchResult,
     Category,
+    Changes,
     Dataset,
+    Export,
     Page,
     Record,
     Resource,
@@ -459,3 +461,44 @@ def replay_webhooks(
         lambda response: int(_json(response)["queued"]),
         json=body,
     )
+
+
+def changes(
+    client_id: str,
+    dataset_id: str,
+    *,
+    after: str | None = None,
+    limit: int = 1000,
+    wait: float = 0,
+) -> Call[Changes]:
+    """A page of the dataset's record feed after the cursor `after` (None: from the
+    first record); an empty page waits up to `wait` seconds (0-30) for new records."""
+    params = query(client_id=client_id, dataset_id=dataset_id, after=after, limit=limit)
+    if wait:
+        params["wait"] = f"{wait:g}"
+    return resource("GET", "/platform/v1/data/changes", Changes, params=params)
+
+
+EXPORTS = "/platform/v1/exports"
+
+
+def create_export(
+    client_id: str,
+    dataset_id: str,
+    format: str = "parquet",
+    *,
+    ingested_after: DateTime | None = None,
+    ingested_before: DateTime | None = None,
+) -> Call[Export]:
+    """Queue an export of the dataset (all records, or those ingested in the bounds)."""
+    body: dict[str, Any] = {"client_id": client_id, "dataset_id": dataset_id, "format": format}
+    if ingested_after is not None:
+        body["ingested_after"] = iso(ingested_after)
+    if ingested_before is not None:
+        body["ingested_before"] = iso(ingested_before)
+    return resource("POST", EXPORTS, Export, json=body)
+
+
+def export(export_id: str) -> Call[Export]:
+    """One export; once completed, with a freshly signed `download_url`."""
+    return resource("GET", f"{EXPORTS}/{segment(export_id)}", Export)

@@ -47,7 +47,7 @@ from headwater_client.errors import (
     WaitTimeout,
 )
 from headwater_client.files import read_records
-from headwater_client.models import PushResult, Resource, Transaction
+from headwater_client.models import Export, PushResult, Resource, Transaction
 
 OK, REFUSED, USAGE, ACCESS, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
 SHOWN_ERRORS = 20
@@ -334,6 +334,90 @@ def cmd_transactions_list(client: Client, args: argparse.Namespace) -> None:
     columns = ["transaction_id", "kind", "channel", "status", "client_id", "dataset_id"]
     columns += ["created_at"]
     _rows(_limited(pager, args.limit), [*columns, "records_accepted"], as_json=args.json)
+
+
+def cmd_records_follow(client: Client, args: argparse.Namespace) -> None:
+    """NDJSON records of the feed on stdout; the cursor saved after each page."""
+    saved = Path(args.cursor_file) if args.cursor_file else None
+    after = args.after
+    if after is None and saved is not None and saved.exists():
+        after = saved.read_text().strip() or None
+    count = 0
+    try:
+        for page in client.follow(
+            args.client_id, args.dataset_id, after=after, until_idle=args.until_idle
+        ):
+            for record in page.records:
+                sys.stdout.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+            count += len(page.records)
+            if saved is not None:  # written beside, then renamed: never half a cursor
+                partial = saved.with_name(saved.name + ".part")
+                partial.write_text(page.next_cursor + "\n")
+                partial.replace(saved)
+    except KeyboardInterrupt:
+        pass
+    err.print(f"followed {count:,} records")
+
+
+def cmd_exports_create(client: Client, args: argparse.Namespace) -> None:
+    if args.file is None:
+        exported = client.export(
+            args.client_id,
+            args.dataset_id,
+            args.format,
+            ingested_after=args.ingested_after,
+            ingested_before=args.ingested_before,
+            wait=args.wait,
+            timeout=args.timeout,
+        )
+    else:
+        with _progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn()
+        ) as bar:
+            task = bar.add_task("exporting and downloading", total=None)
+            exported = client.export(
+                args.client_id,
+                args.dataset_id,
+                args.format,
+                ingested_after=args.ingested_after,
+                ingested_before=args.ingested_before,
+                wait=True,
+                path=args.file,
+                progress=lambda got, total: bar.update(task, completed=got, total=total or None),
+                timeout=args.timeout,
+            )
+        err.print(f"wrote {exported.record_count:,} records to {args.file}")
+    _print_export(exported, as_json=args.json)
+
+
+def cmd_exports_show(client: Client, args: argparse.Namespace) -> None:
+    _print_export(client.get_export(args.export_id), as_json=args.json)
+
+
+def cmd_exports_download(client: Client, args: argparse.Namespace) -> None:
+    exported = client.get_export(args.export_id)
+    with _progress(TextColumn("downloading"), BarColumn(), DownloadColumn()) as bar:
+        task = bar.add_task("download", total=exported.file_size)
+        client.download_export(
+            exported,
+            args.file,
+            progress=lambda got, total: bar.update(task, completed=got, total=total or None),
+        )
+    err.print(f"wrote {args.file}")
+
+
+def _print_export(exported: Export, *, as_json: bool) -> None:
+    if as_json:
+        _print_json(exported.to_json())
+        return
+    _rows(
+        [exported],
+        ["export_id", "format", "status", "record_count", "file_size", "completed_at"],
+        as_json=False,
+    )
+    if exported.error:
+        err.print(f"error: {exported.error}", style="red")
 
 
 def cmd_records_export(client: Client, args: argparse.Namespace) -> None:
@@ -634,6 +718,41 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--ingested-before", help="ISO 8601 date-time, exclusive")
     export.add_argument("--filter", type=_json_object, help="e.g. '{\"paid\": true}'")
     export.add_argument("-o", "--output", default="-", help="file to write (default stdout)")
+
+    follow = command(
+        records,
+        "follow",
+        cmd_records_follow,
+        "the record feed as NDJSON: every record once, in commit order, as it commits",
+        json_flag=False,
+    )
+    dataset_options(follow)
+    follow.add_argument("--after", help="a saved cursor (default: the cursor file's, or the start)")
+    follow.add_argument(
+        "--cursor-file", help="where the cursor is kept: read at start, written after each page"
+    )
+    follow.add_argument(
+        "--until-idle", action="store_true", help="stop at the end of the feed instead of waiting"
+    )
+
+    exports = commands.add_parser("exports", help="dataset exports").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    create = command(exports, "create", cmd_exports_create, "export a dataset to a file")
+    dataset_options(create)
+    create.add_argument("--format", choices=["parquet", "ndjson", "csv"], default="parquet")
+    create.add_argument("--ingested-after", help="ISO 8601 date-time, inclusive")
+    create.add_argument("--ingested-before", help="ISO 8601 date-time, exclusive")
+    create.add_argument("--wait", action="store_true", help="wait until the export is done")
+    create.add_argument("-f", "--file", help="wait, then download the file here")
+    create.add_argument("--timeout", type=float, default=3600, help="seconds to wait (3600)")
+    shown = command(exports, "show", cmd_exports_show, "one export")
+    shown.add_argument("export_id")
+    fetched = command(
+        exports, "download", cmd_exports_download, "download an export's file", json_flag=False
+    )
+    fetched.add_argument("export_id")
+    fetched.add_argument("file")
 
     categories = commands.add_parser("categories", help="workflow categories").add_subparsers(
         required=True, metavar="COMMAND"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -19,6 +19,7 @@ from headwater_client._calls import Call
 from headwater_client._retry import Attempts
 from headwater_client.errors import (
     APIError,
+    ExportFailed,
     PayloadTooLarge,
     PushRejected,
     RecordsInvalid,
@@ -26,8 +27,11 @@ from headwater_client.errors import (
     error_from_response,
 )
 from headwater_client.files import chunks
+from headwater_client.filters import DateTime
 from headwater_client.models import (
     BatchResult,
+    Changes,
+    Export,
     PushResult,
     Token,
     Transaction,
@@ -243,6 +247,121 @@ class Client(BaseClient):
 
     stream_record_lines = ndjson_lines(calls.record_stream)
     stream_records = ndjson_records(calls.record_stream)
+
+    # Following the record feed and exporting
+
+    get_changes = fetch(calls.changes)
+    create_export = fetch(calls.create_export)
+    get_export = fetch(calls.export)
+
+    def follow(
+        self,
+        client_id: str,
+        dataset_id: str,
+        *,
+        after: str | None = None,
+        limit: int = 1000,
+        wait: float = 20.0,
+        until_idle: bool = False,
+    ) -> Iterator[Changes]:
+        """The dataset's record feed from the cursor `after` (None: from its first
+        record), page by page, every record exactly once in commit order.
+
+            for page in hw.follow("acme-crm", "orders", after=saved):
+                handle(page.records)
+                saved = page.next_cursor  # store it: the next run resumes here
+
+        Each request waits up to `wait` seconds for new records (long polling), so a
+        follower idles cheaply and sees a commit at once. Runs forever, unless
+        `until_idle`: then it stops at the first empty page (the feed's end for now).
+        """
+        cursor = after
+        while True:
+            page = self._send(
+                calls.changes(
+                    client_id,
+                    dataset_id,
+                    after=cursor,
+                    limit=limit,
+                    wait=0 if until_idle else wait,
+                )
+            )
+            if page.records:
+                yield page
+            elif until_idle:
+                return
+            cursor = page.next_cursor
+
+    def export(
+        self,
+        client_id: str,
+        dataset_id: str,
+        format: str = "parquet",
+        *,
+        ingested_after: DateTime | None = None,
+        ingested_before: DateTime | None = None,
+        wait: bool = False,
+        path: str | Path | None = None,
+        progress: Progress | None = None,
+        timeout: float = 3600.0,
+    ) -> Export:
+        """Export the dataset (all records, or those ingested within the bounds).
+
+        Answers the export as queued; with `wait`, once it is completed (`ExportFailed`
+        if it failed, `WaitTimeout` after `timeout`), and with `path` as well, after the
+        file is downloaded there (`progress(received, total)` follows the bytes; the
+        file appears whole or not at all).
+        """
+        exported = self._send(
+            calls.create_export(
+                client_id,
+                dataset_id,
+                format,
+                ingested_after=ingested_after,
+                ingested_before=ingested_before,
+            )
+        )
+        if not wait:
+            return exported
+        deadline = time.monotonic() + timeout
+        pause = 0.2
+        while not exported.finished:
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(f"export {exported.export_id} is still {exported.status}")
+            time.sleep(pause)
+            pause = min(pause * 1.5, WAIT_STEP / 4)
+            exported = self.get_export(exported.export_id)
+        if exported.status == "failed":
+            raise ExportFailed(f"export {exported.export_id} failed: {exported.error}")
+        if path is not None:
+            self.download_export(exported, path, progress=progress)
+        return exported
+
+    def download_export(
+        self, export: Export, path: str | Path, *, progress: Progress | None = None
+    ) -> Path:
+        """Download a completed export's file to `path` (written beside it, then renamed
+        into place)."""
+        if export.download_url is None:
+            export = self.get_export(export.export_id)
+        if export.download_url is None:
+            raise ExportFailed(f"export {export.export_id} is {export.status}: no file")
+        target = Path(path)
+        partial = target.with_name(target.name + ".part")
+        with self._http.stream("GET", export.download_url) as response:
+            if response.is_error:
+                response.read()
+                raise error_from_response(response)
+            total = int(response.headers.get("content-length") or export.file_size or 0)
+            received = 0
+            with partial.open("wb") as out:
+                for chunk in response.iter_bytes(1024 * 1024):
+                    out.write(chunk)
+                    received += len(chunk)
+                    if progress is not None:
+                        progress(received, total)
+        partial.replace(target)
+        return target
 
     # Reading workflows and the activity log
 

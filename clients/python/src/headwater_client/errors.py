@@ -25,7 +25,11 @@ class ConnectionFailed(HeadwaterError):
 
 
 class WaitTimeout(HeadwaterError):
-    """A transaction did not reach a final status in the time given."""
+    """A transaction (or an export) did not reach a final status in the time given."""
+
+
+class ExportFailed(HeadwaterError):
+    """An export failed (its `error` says why), or has no file to download."""
 
 
 class APIError(HeadwaterError):

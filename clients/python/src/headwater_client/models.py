@@ -319,3 +319,41 @@ class WebhookDelivery(Resource):
     attempts: list[dict[str, Any]]
     next_attempt_at: datetime | None = None
     created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Changes(Resource):
+    """A page of a dataset's record feed: its records in commit order, and the cursor to
+    save and pass as `after` to read on (also when `records` is empty)."""
+
+    data: list[Record]
+    next_cursor: str
+
+    @property
+    def records(self) -> list[Record]:
+        return self.data
+
+
+@dataclass(frozen=True, slots=True)
+class Export(Resource):
+    """A dataset written to a file (parquet, ndjson or csv) by the service's worker;
+    `download_url` once `completed`, valid until `expires_at`."""
+
+    export_id: str
+    client_id: str
+    dataset_id: str
+    format: str
+    status: str
+    record_count: int | None = None
+    file_size: int | None = None
+    download_url: str | None = field(default=None, repr=False)
+    expires_at: datetime | None = None
+    available_until: datetime | None = None
+    error: str | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("completed", "failed")
