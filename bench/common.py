@@ -220,3 +220,41 @@ def data_tenant(url: str, *, dataset_id: str, schema: dict[str, Any]) -> tuple[d
     )
     bearer = token(url, credential["client_id"], credential["client_secret"])
     return {"Authorization": f"Bearer {bearer}"}, company
+
+
+def copy_limit(database_url: str, texts: list[str], *, seconds: float, per_commit: int) -> float:
+    """The physical limit of storing records: one Python process doing binary COPY
+    (psycopg 3) of the given JSON texts into a table with the `records` table's columns,
+    defaults and indexes, `per_commit` rows a transaction, for `seconds`. Records/s.
+
+    Only the database's work and the wire are left: the texts are ready, ids are made
+    per row. The benchmarks run it in slices alternating with the API's runs, so that
+    both see the same machine, and print the API's rate as a fraction of it.
+    """
+    import time
+    import uuid
+    from datetime import UTC, datetime
+
+    company, dataset, transaction = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    stored = 0
+    with psycopg.connect(database_url) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS copy_limit (LIKE records INCLUDING ALL)")
+        conn.commit()
+        deadline = time.perf_counter() + seconds
+        start = time.perf_counter()
+        while time.perf_counter() < deadline:
+            now = datetime.now(UTC)
+            with conn.cursor().copy(
+                "COPY copy_limit (record_id, company_id, dataset_pk, transaction_id, "
+                "schema_version, ingested_at, data) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["uuid", "uuid", "uuid", "uuid", "int4", "timestamptz", "json"])
+                for index in range(per_commit):
+                    text = texts[(stored + index) % len(texts)]
+                    copy.write_row((uuid.uuid4(), company, dataset, transaction, 1, now, text))
+            conn.commit()
+            stored += per_commit
+        elapsed = time.perf_counter() - start
+        conn.execute("DROP TABLE copy_limit")
+        conn.commit()
+    return stored / elapsed

@@ -7,7 +7,6 @@ import os
 from dataclasses import dataclass, field
 
 import anyio.to_thread
-import httpx
 import jwt
 import structlog
 
@@ -71,6 +70,8 @@ def _embedded_loader(db: Database) -> keyring.KeyLoader:
 
 
 def _jwks_loader(url: str, algorithms: list[str]) -> keyring.KeyLoader:
+    import httpx  # here, not at import: only an external identity provider needs it
+
     async def load() -> dict[str, jwt.PyJWK]:
         async with httpx.AsyncClient(timeout=5.0) as client:
             response = await client.get(url, headers={"Accept": "application/json"})

@@ -128,6 +128,9 @@ def test_logs_are_json_with_request_id_and_no_secrets(server: str, data_dir: Pat
     mine = [e for e in lines if e.get("request_id") == "log-check-1"]
     assert mine and mine[0]["route"] == "/platform/v1/whoami" and mine[0]["status"] == 200
     assert mine[0]["subject"] == "op"
+    assert mine[0]["event"] == "request" and mine[0]["logger"] == "headwater.access"
+    assert mine[0]["level"] == "info" and mine[0]["method"] == "GET"
+    assert mine[0]["timestamp"].endswith("Z") and mine[0]["duration_ms"] > 0
 
 
 def test_cli_operator_commands(tmp_path: Path) -> None:
@@ -191,3 +194,35 @@ def test_workers_share_metrics_in_a_directory_that_goes_when_the_server_stops(
     finally:
         server.stop()
     assert list(metrics.iterdir()) == []
+
+
+def test_serve_with_workers_starts_on_a_machine_whose_cores_are_all_busy(tmp_path: Path) -> None:
+    """Issue 24: each worker imports the app before it reports ready; with every core
+    taken by CPU-bound processes that took longer than uvicorn's default health-check
+    timeout, and workers were killed and restarted without end."""
+    import os
+    import subprocess
+    import sys
+
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(2 * (os.cpu_count() or 1))
+    ]
+    log = tmp_path / "server.log"
+    server = ServerProcess({"HEADWATER_DATA_DIR": str(tmp_path)}, "--workers", "2", log=log)
+    try:
+        base = server.start().url
+        deadline = time.monotonic() + 60
+        while log.read_text().count("Application startup complete") < 2:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        for _ in range(20):
+            assert httpx.get(f"{base}/healthz").status_code == 200
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+        server.stop()
+    text = log.read_text()
+    assert "died" not in text and "not ready" not in text and "failed to start" not in text
+    assert text.count("Started server process") == 2  # no worker was replaced

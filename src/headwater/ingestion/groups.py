@@ -21,14 +21,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
-import psycopg
 
 from headwater.db import Database
 from headwater.identity.tokens import Principal
 from headwater.ingestion import service, sinks
+
+if TYPE_CHECKING:
+    import psycopg
 
 # Bodies up to this size go in groups; larger batches already share their fixed costs.
 SMALL_BODY = 16 * 1024

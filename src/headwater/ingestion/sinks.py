@@ -17,10 +17,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
-import psycopg
 from sqlalchemy import Connection, Uuid, bindparam, insert, text
 
 from headwater.db import as_sqlalchemy_error, driver_execute
@@ -28,6 +27,9 @@ from headwater.events import outbox
 from headwater.ingestion import lifecycle
 from headwater.ingestion.models import Record, RecordCount, Transaction
 from headwater.ingestion.repository import TARGET_SQL
+
+if TYPE_CHECKING:
+    import psycopg  # PostgreSQL's sink imports it when it runs: SQLite never loads it
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +313,8 @@ class PostgresSink:
         yet: compiling reads) or the write failed (nothing of it was stored). A
         connection that broke raises SQLAlchemy's error, as a thread's write would
         (503): whether a write sent before it broke was committed is unknown."""
+        import psycopg
+
         try:
             rows: dict[tuple[str, str], Any] = {}
             for client_id, dataset_id in pairs:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import os
 import sys
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+import orjson
 import structlog
 
 from headwater.kit.context import request_id_var
@@ -34,7 +39,78 @@ def _redact(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-def configure_logging(*, level: str = "INFO", json: bool = True) -> None:
+class AccessLog:
+    """One line a request, written straight to the log's file descriptor.
+
+    Through structlog and `logging` a line cost as much as the rest of a small request's
+    work (issue 24): processors, a LogRecord, a formatter, a lock and a flush. Here it is
+    one dict, one `orjson.dumps` and one `write`, the same JSON keys as every other line.
+    Lines go out whole and at once (a crash loses none, processes sharing a file in
+    append mode never interleave them). With console logs, or no descriptor to write to,
+    lines take the structlog path.
+    """
+
+    def __init__(self) -> None:
+        self.enabled = True
+        self.fd: int | None = None
+        self.fallback = structlog.get_logger("headwater.access")
+
+    def configure(self, *, enabled: bool, json: bool, stream: Any) -> None:
+        self.enabled = enabled
+        self.fd = _descriptor(stream) if json else None
+
+    def write(
+        self, *, method: str, path: str, route: str, status: int, ms: float, subject: Any
+    ) -> None:
+        if not self.enabled:
+            return
+        if self.fd is None:
+            self.fallback.info(
+                "request",
+                method=method,
+                path=path,
+                route=route,
+                status=status,
+                duration_ms=ms,
+                subject=subject,
+            )
+            return
+        line = {
+            "method": method,
+            "path": path,
+            "route": route,
+            "status": status,
+            "duration_ms": ms,
+            "subject": subject,
+            "event": "request",
+            "level": "info",
+            "logger": "headwater.access",
+            "timestamp": datetime.now(UTC),
+        }
+        request_id = request_id_var.get()
+        if request_id:
+            line["request_id"] = request_id
+        with contextlib.suppress(OSError):  # a closed log never fails the request
+            os.write(self.fd, orjson.dumps(line, option=_LINE))
+
+
+_LINE = orjson.OPT_APPEND_NEWLINE | orjson.OPT_UTC_Z
+
+
+def _descriptor(stream: Any) -> int | None:
+    try:
+        stream.flush()
+        return int(stream.fileno())
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+ACCESS = AccessLog()
+
+
+def configure_logging(*, level: str = "INFO", json: bool = True, stream: Any = None) -> None:
+    """Every line as JSON (or for a console) on `stream`, standard output unless given."""
+    stream = stream or sys.stdout
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -62,11 +138,12 @@ def configure_logging(*, level: str = "INFO", json: bool = True) -> None:
             renderer,
         ],
     )
-    handler = logging.StreamHandler(sys.stdout)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    ACCESS.configure(enabled=root.isEnabledFor(logging.INFO), json=json, stream=stream)
     for name in ("uvicorn", "uvicorn.error", "alembic"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True

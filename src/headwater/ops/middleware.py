@@ -8,15 +8,14 @@ import time
 import uuid
 from typing import Any
 
-import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from headwater.errors import BadRequest, PayloadTooLarge
 from headwater.kit.context import request_id_var
+from headwater.ops.logs import ACCESS
 from headwater.ops.metrics import LATENCY, REQUESTS
 from headwater.web.problems import error_response
 
-access_log = structlog.get_logger("headwater.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -64,13 +63,12 @@ class ObservabilityMiddleware:
             REQUESTS.labels(method, template, str(status)).inc()
             LATENCY.labels(method, template).observe(elapsed)
             state: Any = scope.get("state") or {}
-            access_log.info(
-                "request",
+            ACCESS.write(
                 method=method,
                 path=scope["path"],
                 route=template,
                 status=status,
-                duration_ms=round(elapsed * 1000, 3),
+                ms=round(elapsed * 1000, 3),
                 subject=state.get("subject"),
             )
             request_id_var.reset(token)

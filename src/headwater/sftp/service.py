@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncssh
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
@@ -35,6 +34,8 @@ MIN_RSA_BITS = 2048
 def _parsed(lines: Sequence[str]) -> list[dict[str, Any]]:
     """Each key line parsed: its canonical text (no comment) and SHA256 fingerprint; 400
     naming the index of one that does not parse or is not allowed."""
+    import asyncssh  # here, not at import: the API's start-up does not load SSH
+
     keys: list[dict[str, Any]] = []
     problems: list[dict[str, str]] = []
     for index, line in enumerate(lines):
