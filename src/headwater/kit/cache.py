@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -15,6 +16,7 @@ class LRU(Generic[V]):
         self.maxsize = maxsize
         self._items: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
+        self._computing: dict[Hashable, Future[V]] = {}
 
     def get(self, key: Hashable) -> V | None:
         """The cached value, or None (nothing is computed)."""
@@ -25,13 +27,35 @@ class LRU(Generic[V]):
         return None
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], V]) -> V:
-        """The cached value, else `compute()`'s, kept (values are never None)."""
-        found = self.get(key)
-        if found is not None:
-            return found
-        value = compute()  # outside the lock: two threads may compute the same value once each
+        """The cached value, else `compute()`'s, kept (values are never None).
+
+        One computation a key at a time (single flight): threads that want a key being
+        computed wait for that result, or its exception, instead of each computing it.
+        A cold exact count over millions of rows is asked for by every request at once.
+        """
         with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            pending = self._computing.get(key)
+            if pending is None:
+                pending = self._computing[key] = Future()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            return pending.result()
+        try:
+            value = compute()
+        except BaseException as exc:
+            with self._lock:
+                del self._computing[key]
+            pending.set_exception(exc)
+            raise
+        with self._lock:
+            del self._computing[key]
             self._items[key] = value
             if len(self._items) > self.maxsize:
                 self._items.popitem(last=False)
+        pending.set_result(value)
         return value
