@@ -95,9 +95,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.embedded_idp_enabled:
         app.include_router(token_router.router)
     # Routes are matched in order, one pattern after another: the hot paths (whoami,
-    # the data API with push first) come before the operator API.
+    # the data API with push first, the activity search, the workflow API's lists) come
+    # before the operator API. The activity search came after 80 patterns, and matching
+    # them was 15% of its CPU time.
     app.include_router(identity_router.token_info)
     app.include_router(ingestion_router.router)
+    app.include_router(activity_router.router)
+    app.include_router(workflows_router.router)
     app.include_router(files_router.router)
     app.include_router(identity_router.router)
     app.include_router(ingestion_router.admin)
@@ -108,8 +112,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(files_router.uploads)
     app.include_router(exports_router.downloads)
     app.include_router(files_router.hooks)
-    app.include_router(workflows_router.router)
-    app.include_router(activity_router.router)
     app.include_router(ops_router.router)
     app.mount("/docs/assets", ops_router.docs_assets, name="docs-assets")
 

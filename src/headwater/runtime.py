@@ -54,6 +54,7 @@ class Runtime:
         await self.limiter.close()
         await self.token_failures.close()
         await self.pushes.close()
+        await self.db.close_loop_reads()
         self.secret_checks.close()
         self.db.dispose()
 

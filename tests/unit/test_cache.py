@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,3 +59,41 @@ def test_the_least_recently_used_key_goes_first() -> None:
     assert cache.get("a") == 1  # a is now the most recent
     cache.get_or_compute("c", lambda: 3)
     assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3
+
+
+def test_tasks_wanting_a_key_being_computed_await_that_one_computation() -> None:
+    cache: LRU[int] = LRU(maxsize=8)
+    calls: list[int] = []
+
+    async def slow() -> int:
+        calls.append(1)
+        await asyncio.sleep(0.05)
+        return 42
+
+    async def main() -> list[int]:
+        return await asyncio.gather(*(cache.get_or_compute_async("k", slow) for _ in range(8)))
+
+    assert asyncio.run(main()) == [42] * 8
+    assert len(calls) == 1
+
+
+def test_when_the_computing_task_is_cancelled_a_waiting_one_computes() -> None:
+    cache: LRU[int] = LRU(maxsize=8)
+    started = []
+
+    async def slow() -> int:
+        started.append(1)
+        await asyncio.sleep(0.05 if len(started) > 1 else 10)
+        return len(started)
+
+    async def main() -> int:
+        first = asyncio.create_task(cache.get_or_compute_async("k", slow))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(cache.get_or_compute_async("k", slow))
+        await asyncio.sleep(0.01)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return await second
+
+    assert asyncio.run(main()) == 2  # the second task computed it after the first's cancel

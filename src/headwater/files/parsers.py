@@ -153,7 +153,8 @@ class _Lines:
     quoted CSV field (`quoted`: the quotes seen so far are odd), where it is content.
 
     `line` is the number of the last line given; `row_start` that of the last line given
-    that began outside quotes (where a CSV row begins).
+    that began outside quotes (where a CSV row begins). `nul` turns true once a byte
+    read holds U+0000: until then no line given can hold one.
     """
 
     def __init__(self, stream: BinaryIO, blank: re.Pattern[bytes], *, quoted: bool) -> None:
@@ -162,9 +163,11 @@ class _Lines:
         self.quoted = quoted
         self.line = 0
         self.row_start = 0
+        self.nul = False
 
     def __iter__(self) -> Iterator[bytes]:
         buffer = self.stream.read(CHUNK).removeprefix(codecs.BOM_UTF8)
+        self.nul = b"\x00" in buffer
         pos = 0
         inside = False
         eof = not buffer
@@ -183,6 +186,7 @@ class _Lines:
                 if not eof:
                     more = self.stream.read(CHUNK)
                     eof = not more
+                    self.nul = self.nul or b"\x00" in more
                     buffer = buffer[pos:] + more
                     pos = 0
                     continue
@@ -228,7 +232,8 @@ def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row]:
             line = lines.row_start
             if len(fields) == width:
                 produced = True
-                if any("\x00" in field for field in fields):
+                # one C-speed look a chunk read, not one a field
+                if lines.nul and any("\x00" in field for field in fields):
                     yield Row(line, None, "characters", NUL_MESSAGE, orjson.dumps(fields).decode())
                     continue
                 yield Row(line, dict(zip(header, fields, strict=False)))  # widths checked
