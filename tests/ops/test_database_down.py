@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -56,6 +57,26 @@ def test_lost_database_answers_503_then_recovers(tmp_path: Path, own_database: s
             },
         ).json()["access_token"]
         assert client.get("/admin/v1/companies", headers=auth(token)).status_code == 200
+        # a search keeps its event-loop connection (PostgreSQL), which the loss breaks
+        company = client.post("/admin/v1/companies", json={"name": "c"}, headers=auth(token))
+        credential = client.post(
+            f"/admin/v1/companies/{company.json()['id']}/credentials",
+            json={"name": "r", "scopes": ["activities:read"]},
+            headers=auth(token),
+        ).json()
+        reader = client.post(
+            "/oauth/token",
+            json={
+                "client_id": credential["client_id"],
+                "client_secret": credential["client_secret"],
+                "audience": "headwater-api",
+            },
+        ).json()["access_token"]
+
+        def search() -> Any:
+            return client.post("/app/v1/activities/search", json={}, headers=auth(reader))
+
+        assert search().status_code == 200
 
         pg_admin(f'ALTER DATABASE "{own_database}" ALLOW_CONNECTIONS false')
         pg_admin(
@@ -72,10 +93,13 @@ def test_lost_database_answers_503_then_recovers(tmp_path: Path, own_database: s
         assert listed.headers["retry-after"] == "5"
         created = client.post("/admin/v1/companies", json={"name": "x"}, headers=auth(token))
         assert_problem(created, 503, "database_unavailable")
+        for _ in range(2):  # the broken kept connection, then a new one that cannot connect
+            assert_problem(search(), 503, "database_unavailable")
 
         pg_admin(f'ALTER DATABASE "{own_database}" ALLOW_CONNECTIONS true')
         assert client.get("/readyz").status_code == 200
         assert client.get("/admin/v1/companies", headers=auth(token)).status_code == 200
+        assert search().status_code == 200
 
 
 def test_database_down_at_start_does_not_stop_the_service(tmp_path: Path) -> None:
