@@ -122,6 +122,14 @@ def driver_execute(connection: Connection, statement: str, params: Mapping[str, 
         raise as_sqlalchemy_error(exc, broken=driver.closed, statement=statement) from exc
 
 
+def pg_text(statement: Any) -> str:
+    """A SQLAlchemy statement as text for psycopg itself (PostgreSQL, `%(name)s`
+    parameters), compiled once by the caller: for `driver_execute` and `loop_read`."""
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    return str(statement.compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
+
+
 def as_sqlalchemy_error(
     exc: psycopg.Error, *, broken: bool, statement: str | None = None
 ) -> BaseException:

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
 from sqlalchemy import Row, Select, Uuid, bindparam, select
-from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import Session
 
 from headwater.activity import chain
 from headwater.activity.models import ActivityEntry, ActivityHead
 from headwater.activity.schemas import ActivitySearch
-from headwater.db import Database, dialect_insert
+from headwater.db import Database, dialect_insert, pg_text
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
 from headwater.kit.clock import iso_ms, utcnow_ms
@@ -245,14 +244,10 @@ def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) ->
 def _as_text(shape: tuple[Any, ...]) -> tuple[str, str]:
     """A shape's page and count statements as text for psycopg (PostgreSQL)."""
     page, count = _build(*shape)
-    return _pg_text(page), _pg_text(count)
+    return pg_text(page), pg_text(count)
 
 
-def _pg_text(statement: Any) -> str:
-    return str(statement.compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
-
-
-_POSITION_TEXT = _pg_text(_POSITION)
+_POSITION_TEXT = pg_text(_POSITION)
 
 
 async def search_async(db: Database, *, company_id: uuid.UUID, query: ActivitySearch) -> bytes:
@@ -267,7 +262,30 @@ async def search_async(db: Database, *, company_id: uuid.UUID, query: ActivitySe
                 return search(session, company_id=company_id, query=query)
 
         return await anyio.to_thread.run_sync(on_thread)
-    page_sql, count_sql = _as_text(shape)
+    rows, total = await page_on_loop(
+        db,
+        _as_text(shape),
+        params,
+        totals=_totals,
+        key=lambda position: _total_key(company_id, position, query),
+    )
+    return page_json(
+        page=query.page, page_size=query.page_size, total=total, fields=_SHOWN, rows=rows
+    )
+
+
+async def page_on_loop(
+    db: Database,
+    statements: tuple[str, str],
+    params: dict[str, Any],
+    *,
+    totals: LRU[int],
+    key: Callable[[int], Hashable | None],
+) -> tuple[list[Any], int]:
+    """A page built `with_log_position` (text: its page and count statements) on the
+    event loop: its rows and its total. `key(position)` is the total's key in `totals`,
+    or None where the total is the position itself."""
+    page_sql, count_sql = statements
     async with db.loop_read() as connection:
         rows = await (await connection.execute(page_sql, params)).fetchall()
         if rows:
@@ -275,16 +293,14 @@ async def search_async(db: Database, *, company_id: uuid.UUID, query: ActivitySe
         else:
             found = await (await connection.execute(_POSITION_TEXT, params)).fetchone()
             position = (found[0] if found else 0) or 0
-        key = _total_key(company_id, position, query)
+        wanted = key(position)
 
         async def count() -> int:
             counted = await (await connection.execute(count_sql, params)).fetchone()
             return int(counted[0]) if counted else 0
 
-        total = position if key is None else await _totals.get_or_compute_async(key, count)
-    return page_json(
-        page=query.page, page_size=query.page_size, total=total, fields=_SHOWN, rows=rows
-    )
+        total = position if wanted is None else await totals.get_or_compute_async(wanted, count)
+    return rows, total
 
 
 # --- tamper evidence --------------------------------------------------------------------

@@ -17,9 +17,8 @@ from sqlalchemy import (
     literal,
     select,
 )
-from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
-from headwater.db import driver_execute
+from headwater.db import driver_execute, pg_text
 from headwater.identity.models import IngestionClient
 from headwater.ingestion.models import Dataset, Record, RecordCount
 
@@ -44,7 +43,7 @@ TARGET = (
     .where(IngestionClient.client_id == bindparam("client_id"))
 )
 # The same query as text for psycopg itself (PostgreSQL; `%(name)s` parameters).
-TARGET_SQL = str(TARGET.compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
+TARGET_SQL = pg_text(TARGET)
 
 
 def target(connection: Connection, client_id: str, dataset_id: str) -> Any:

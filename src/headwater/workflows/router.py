@@ -11,6 +11,7 @@ from headwater.kit.pagination import Page
 from headwater.web.deps import (
     ReaderDep,
     ReadSessionDep,
+    RuntimeDep,
     SessionDep,
     StrictRoute,
     WorkflowsRead,
@@ -50,11 +51,13 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 
 @router.get("/workflow_categories", response_model=Page[CategoryRead])
 async def list_categories(
-    query: Annotated[CategoryQuery, Query()], read: ReaderDep, caller: WorkflowsRead
+    query: Annotated[CategoryQuery, Query()], runtime: RuntimeDep, caller: WorkflowsRead
 ) -> object:
     """The company's categories, filtered by name/description substrings, sorted and paged."""
     return Response(
-        await read(service.list_categories, company_id=caller.actor.company_id, query=query),
+        await service.list_categories_async(
+            runtime.db, company_id=caller.actor.company_id, query=query
+        ),
         media_type="application/json",
     )
 

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+import anyio.to_thread
 from pydantic import BaseModel
 from sqlalchemy import Select, String, Uuid, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import service as activity
+from headwater.db import Database, pg_text
 from headwater.events import outbox
 from headwater.kit.actor import Actor
 from headwater.kit.cache import LRU
@@ -208,8 +210,10 @@ def _build_category_statements(
     return activity.with_log_position(page), count
 
 
-def category_statements(*, company_id: uuid.UUID, query: CategoryQuery) -> PageStatements:
-    """The page and count statements of a category list, for the caller's company only."""
+def _category_shape(
+    company_id: uuid.UUID, query: CategoryQuery
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A category list's shape (`_build_category_statements`'s arguments) and parameters."""
     params: dict[str, Any] = {
         "company_id": company_id,
         "offset": query.offset,
@@ -221,10 +225,20 @@ def category_statements(*, company_id: uuid.UUID, query: CategoryQuery) -> PageS
         if needle:
             filtered.append(name)
             params[name] = _contains_pattern(needle)
-    page, count = _build_category_statements(
-        tuple(filtered), query.sort_by, query.sort_direction == "desc"
-    )
+    return (tuple(filtered), query.sort_by, query.sort_direction == "desc"), params
+
+
+def category_statements(*, company_id: uuid.UUID, query: CategoryQuery) -> PageStatements:
+    """The page and count statements of a category list, for the caller's company only."""
+    shape, params = _category_shape(company_id, query)
+    page, count = _build_category_statements(*shape)
     return PageStatements(page=page, count=count, params=params)
+
+
+@functools.cache
+def _category_text(shape: tuple[Any, ...]) -> tuple[str, str]:
+    page, count = _build_category_statements(*shape)
+    return pg_text(page), pg_text(count)
 
 
 def list_categories(session: Session, *, company_id: uuid.UUID, query: CategoryQuery) -> bytes:
@@ -239,6 +253,35 @@ def list_categories(session: Session, *, company_id: uuid.UUID, query: CategoryQ
     key = (company_id, position, query.name, query.description)
     total = _category_totals.get_or_compute(
         key, lambda: session.connection().scalar(statements.count, statements.params) or 0
+    )
+    return page_json(
+        page=query.page,
+        page_size=query.page_size,
+        total=total,
+        fields=_CATEGORY_SHOWN,
+        rows=rows,
+    )
+
+
+async def list_categories_async(
+    db: Database, *, company_id: uuid.UUID, query: CategoryQuery
+) -> bytes:
+    """`list_categories` for the API: on the event loop on PostgreSQL (as the activity
+    search), else in a read session on a thread. Both answer the same bytes."""
+    if not db.reads_on_loop:
+
+        def on_thread() -> bytes:
+            with db.read_session() as session:
+                return list_categories(session, company_id=company_id, query=query)
+
+        return await anyio.to_thread.run_sync(on_thread)
+    shape, params = _category_shape(company_id, query)
+    rows, total = await activity.page_on_loop(
+        db,
+        _category_text(shape),
+        params,
+        totals=_category_totals,
+        key=lambda position: (company_id, position, query.name, query.description),
     )
     return page_json(
         page=query.page,
