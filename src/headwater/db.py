@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
@@ -215,7 +216,7 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
     )
 
 
-# Idle connections `Database.loop_read` keeps, per process.
+# Connections `Database.loop_read` has at most, per process (kept while idle).
 LOOP_READERS = 8
 
 
@@ -229,8 +230,10 @@ class Database:
         # Reads that change nothing have an engine of their own (see make_engine).
         self.reader = make_engine(settings, for_reads=True)
         self.read_sessions = sessionmaker(self.reader, expire_on_commit=False)
-        # `loop_read`'s idle connections (PostgreSQL)
+        # `loop_read`'s idle connections (PostgreSQL), and the gate that bounds how many
+        # it has at once, made for the event loop that uses it
         self._loop_idle: list[psycopg.AsyncConnection[Any]] = []
+        self._loop_gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     @property
     def reads_on_loop(self) -> bool:
@@ -339,22 +342,25 @@ class Database:
         """
         import psycopg
 
-        connection = self._loop_idle.pop() if self._loop_idle else None
-        if connection is None:
-            connection = await self.connect_async(for_reads=True)
-        try:
-            yield connection
-        except psycopg.Error as exc:
-            broken = connection.broken or connection.closed
-            await connection.close()
-            raise as_sqlalchemy_error(exc, broken=broken) from exc
-        except BaseException:
-            await connection.close()
-            raise
-        if len(self._loop_idle) < LOOP_READERS and not connection.closed:
+        loop = asyncio.get_running_loop()
+        if self._loop_gate is None or self._loop_gate[0] is not loop:
+            self._loop_gate = (loop, asyncio.Semaphore(LOOP_READERS))
+        async with self._loop_gate[1]:  # more reads at once wait for a connection
+            connection = self._loop_idle.pop() if self._loop_idle else None
+            if connection is None:
+                connection = await self.connect_async(for_reads=True)
+            try:
+                yield connection
+            except psycopg.Error as exc:
+                broken = connection.broken or connection.closed
+                await connection.close()
+                raise as_sqlalchemy_error(exc, broken=broken) from exc
+            except BaseException:
+                await connection.close()
+                raise
+            if connection.closed:
+                return
             self._loop_idle.append(connection)
-        else:
-            await connection.close()
 
     async def close_loop_reads(self) -> None:
         idle, self._loop_idle = self._loop_idle, []

@@ -19,7 +19,7 @@ from headwater.activity import service as activity
 from headwater.activity.models import ActivityEntry
 from headwater.activity.schemas import ActivitySearch
 from headwater.config import Settings
-from headwater.db import Database
+from headwater.db import LOOP_READERS, Database
 from headwater.identity.models import Company
 from headwater.kit.clock import utcnow_ms
 from tests.tenants import Tenant, record_entry
@@ -207,3 +207,30 @@ def test_searches_on_the_event_loop_answer_what_a_read_session_answers(
     filtered = [json.loads(a) for a, b in zip(answers, bodies, strict=True) if "filter" in b]
     assert all(page["total_entries"] > 0 and page["data"] for page in filtered)
     assert json.loads(answers[-2])["data"] == []
+
+
+def test_concurrent_searches_on_the_loop_open_at_most_loop_readers_connections(
+    pg: Database, crowded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    company = crowded[0]
+    opened: list[Any] = []
+    connect = pg.connect_async
+
+    async def counted(**options: Any) -> Any:
+        opened.append(await connect(**options))
+        return opened[-1]
+
+    monkeypatch.setattr(pg, "connect_async", counted)
+    query = ActivitySearch.model_validate({"filter": {"action": "delete"}})
+
+    async def many() -> list[bytes]:
+        try:
+            return await asyncio.gather(
+                *(activity.search_async(pg, company_id=company, query=query) for _ in range(40))
+            )
+        finally:
+            await pg.close_loop_reads()
+
+    answers = asyncio.run(many())
+    assert len(set(answers)) == 1 and json.loads(answers[0])["total_entries"] > 0
+    assert 1 <= len(opened) <= LOOP_READERS
