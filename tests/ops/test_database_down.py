@@ -22,6 +22,7 @@ from tests.factories import (
     assert_problem,
     auth,
     fresh_pg_database,
+    get_token,
     pg_admin,
 )
 
@@ -64,14 +65,7 @@ def test_lost_database_answers_503_then_recovers(tmp_path: Path, own_database: s
             json={"name": "r", "scopes": ["activities:read"]},
             headers=auth(token),
         ).json()
-        reader = client.post(
-            "/oauth/token",
-            json={
-                "client_id": credential["client_id"],
-                "client_secret": credential["client_secret"],
-                "audience": "headwater-api",
-            },
-        ).json()["access_token"]
+        reader = get_token(client, credential["client_id"], credential["client_secret"])
 
         def search() -> Any:
             return client.post("/app/v1/activities/search", json={}, headers=auth(reader))

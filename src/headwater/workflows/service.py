@@ -254,6 +254,10 @@ def list_categories(session: Session, *, company_id: uuid.UUID, query: CategoryQ
     total = _category_totals.get_or_compute(
         key, lambda: session.connection().scalar(statements.count, statements.params) or 0
     )
+    return _category_page(query, total, rows)
+
+
+def _category_page(query: CategoryQuery, total: int, rows: Sequence[Any]) -> bytes:
     return page_json(
         page=query.page,
         page_size=query.page_size,
@@ -283,13 +287,7 @@ async def list_categories_async(
         totals=_category_totals,
         key=lambda position: (company_id, position, query.name, query.description),
     )
-    return page_json(
-        page=query.page,
-        page_size=query.page_size,
-        total=total,
-        fields=_CATEGORY_SHOWN,
-        rows=rows,
-    )
+    return _category_page(query, total, rows)
 
 
 def _contains_pattern(needle: str) -> str:
