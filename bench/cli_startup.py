@@ -1,7 +1,8 @@
-"""Operator CLI start-up (issue 18's benchmark): wall time of `headwater --help` and of
-`headwater companies create` on SQLite, median of --runs, optionally A/B against an
-older revision of this repository (a git worktree, run with this .venv), alternating the
-two in the same minutes.
+"""Start-up (issues 18 and 24): wall time of `headwater --help`, of `headwater companies
+create` on SQLite, and of what an API process does before it serves (`import
+headwater.main` and `create_app()`), median of --runs, optionally A/B against an older
+revision of this repository (a git worktree, run with this .venv), alternating the two
+in the same minutes.
 
     .venv/bin/python -m bench.cli_startup [--runs 5] [--against befad81]
 """
@@ -18,16 +19,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = {"--help": ["--help"], "companies create": ["companies", "create", "Bench"]}
+CLI = ["-m", "headwater.cli"]
+COMMANDS = {
+    "--help": [*CLI, "--help"],
+    "companies create": [*CLI, "companies", "create", "Bench"],
+    "API app (serve)": ["-c", "import headwater.main; headwater.main.create_app()"],
+}
 
 
 def timed(src: Path, data: Path, argv: list[str]) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
     env |= {"PYTHONPATH": str(src), "HEADWATER_DATA_DIR": str(data)}
     start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "headwater.cli", *argv], env=env, check=True, capture_output=True
-    )
+    subprocess.run([sys.executable, *argv], env=env, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
@@ -72,9 +76,7 @@ def main() -> None:
                 )
     for (name, label), values in times.items():
         runs = " ".join(f"{v:.2f}" for v in values)
-        print(
-            f"{name:12s} headwater {label:17s} median {statistics.median(values):.2f} s  ({runs})"
-        )
+        print(f"{name:12s} {label:17s} median {statistics.median(values):.2f} s  ({runs})")
 
 
 if __name__ == "__main__":
