@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from sqlalchemy import (
@@ -216,6 +216,8 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
     )
 
 
+T = TypeVar("T")
+
 # Connections `Database.loop_read` has at most, per process (kept while idle).
 LOOP_READERS = 8
 
@@ -255,6 +257,17 @@ class Database:
         """A session for reads only: it must not be used to write."""
         with self.read_sessions() as session:
             yield session
+
+    async def read_on_thread(self, call: Callable[[Session], T]) -> T:
+        """`call(session)` in a read session on a worker thread, for code on the event
+        loop: the session opens, runs and closes in one thread hop."""
+        import anyio.to_thread  # the API's: CLI commands never load it
+
+        def run() -> T:
+            with self.read_session() as session:
+                return call(session)
+
+        return await anyio.to_thread.run_sync(run)
 
     @contextmanager
     def read_connection(self) -> Iterator[Connection]:

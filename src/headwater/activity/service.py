@@ -8,7 +8,6 @@ from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import anyio.to_thread
 from sqlalchemy import Row, Select, Uuid, bindparam, select
 from sqlalchemy.orm import Session
 
@@ -256,12 +255,9 @@ async def search_async(db: Database, *, company_id: uuid.UUID, query: ActivitySe
     read session on a thread. Both answer the same bytes."""
     shape, params = _shape(company_id, query)
     if not db.reads_on_loop or any(many for _, many in shape[0]):
-
-        def on_thread() -> bytes:
-            with db.read_session() as session:
-                return search(session, company_id=company_id, query=query)
-
-        return await anyio.to_thread.run_sync(on_thread)
+        return await db.read_on_thread(
+            lambda session: search(session, company_id=company_id, query=query)
+        )
     rows, total = await page_on_loop(
         db,
         _as_text(shape),

@@ -71,17 +71,10 @@ def create(session: Session, caller: Principal, body: ExportCreate, *, store: St
     return export
 
 
-def _visible(caller: Principal) -> Any:
-    statement = select(Export).where(Export.company_id == caller.actor.company_id)
-    if caller.client_ids:
-        statement = statement.where(Export.client_id.in_(caller.client_ids))
-    return statement
-
-
 def get(session: Session, caller: Principal, export_id: uuid.UUID) -> Export:
     """The caller's export: 404 for another company's (or client's), 410 once deleted."""
     export: Export | None = session.scalars(
-        _visible(caller).where(Export.id == export_id)
+        ingestion.visible_to(caller, Export).where(Export.id == export_id)
     ).one_or_none()
     if export is None:
         raise ExportNotFound(f"No export {export_id}.")

@@ -28,7 +28,7 @@ from headwater.ingestion import datasets, lifecycle, sinks
 from headwater.ingestion.errors import TransactionNotFound
 from headwater.ingestion.lifecycle import Channel, Status
 from headwater.ingestion.models import Dataset, Transaction
-from headwater.ingestion.service import get_transaction
+from headwater.ingestion.service import get_transaction, visible_to
 from headwater.kit.clock import utcnow_ms
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "record_finished",
     "started",
     "store_rows",
+    "visible_to",
 ]
 
 

@@ -486,16 +486,19 @@ def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:
 # --- transactions -----------------------------------------------------------------------------
 
 
-def _visible_transactions(caller: Principal) -> Select[Any]:
-    statement = select(Transaction).where(Transaction.company_id == caller.actor.company_id)
+def visible_to(caller: Principal, table: Any) -> Select[Any]:
+    """Rows of `table` (a table with `company_id` and `client_id`, such as transactions
+    or exports) the caller may see: its company's, and only its clients' when its token
+    names some."""
+    statement = select(table).where(table.company_id == caller.actor.company_id)
     if caller.client_ids:
-        statement = statement.where(Transaction.client_id.in_(caller.client_ids))
+        statement = statement.where(table.client_id.in_(caller.client_ids))
     return statement
 
 
 def get_transaction(session: Session, caller: Principal, transaction_id: uuid.UUID) -> Transaction:
     transaction: Transaction | None = session.scalars(
-        _visible_transactions(caller).where(Transaction.id == transaction_id)
+        visible_to(caller, Transaction).where(Transaction.id == transaction_id)
     ).one_or_none()
     if transaction is None:
         raise TransactionNotFound(f"No transaction {transaction_id}.")
@@ -505,7 +508,7 @@ def get_transaction(session: Session, caller: Principal, transaction_id: uuid.UU
 def list_transactions(
     session: Session, caller: Principal, query: TransactionQuery
 ) -> tuple[Sequence[Transaction], int]:
-    statement = _visible_transactions(caller)
+    statement = visible_to(caller, Transaction)
     if query.client_id is not None:
         datasets.usable_client(session, caller, query.client_id)
         statement = statement.where(Transaction.client_id == query.client_id)

@@ -7,7 +7,6 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Annotated, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from fastapi import Depends, Query, Request, Response, Security
-from fastapi.concurrency import run_in_threadpool
 from fastapi.dependencies.models import Dependant
 from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
 from fastapi.routing import APIRoute
@@ -110,14 +109,10 @@ class Reader:
     def __init__(self, runtime: Services) -> None:
         self._db = runtime.db
 
-    def _run(self, call: Callable[[Session], T]) -> T:
-        with self._db.read_session() as session:
-            return call(session)
-
     async def __call__(
         self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        return await run_in_threadpool(self._run, lambda session: fn(session, *args, **kwargs))
+        return await self._db.read_on_thread(lambda session: fn(session, *args, **kwargs))
 
 
 async def get_reader(runtime: RuntimeDep) -> Reader:

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-import anyio.to_thread
 from pydantic import BaseModel
 from sqlalchemy import Select, String, Uuid, bindparam, func, select
 from sqlalchemy.orm import Session
@@ -273,12 +272,9 @@ async def list_categories_async(
     """`list_categories` for the API: on the event loop on PostgreSQL (as the activity
     search), else in a read session on a thread. Both answer the same bytes."""
     if not db.reads_on_loop:
-
-        def on_thread() -> bytes:
-            with db.read_session() as session:
-                return list_categories(session, company_id=company_id, query=query)
-
-        return await anyio.to_thread.run_sync(on_thread)
+        return await db.read_on_thread(
+            lambda session: list_categories(session, company_id=company_id, query=query)
+        )
     shape, params = _category_shape(company_id, query)
     rows, total = await activity.page_on_loop(
         db,

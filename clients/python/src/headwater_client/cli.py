@@ -12,6 +12,7 @@ Exit codes: 0 done; 1 the service refused the request, or a file or push was rej
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -361,31 +362,26 @@ def cmd_records_follow(client: Client, args: argparse.Namespace) -> None:
 
 
 def cmd_exports_create(client: Client, args: argparse.Namespace) -> None:
+    export = functools.partial(
+        client.export,
+        args.client_id,
+        args.dataset_id,
+        args.format,
+        ingested_after=args.ingested_after,
+        ingested_before=args.ingested_before,
+        timeout=args.timeout,
+    )
     if args.file is None:
-        exported = client.export(
-            args.client_id,
-            args.dataset_id,
-            args.format,
-            ingested_after=args.ingested_after,
-            ingested_before=args.ingested_before,
-            wait=args.wait,
-            timeout=args.timeout,
-        )
+        exported = export(wait=args.wait)
     else:
         with _progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn()
         ) as bar:
             task = bar.add_task("exporting and downloading", total=None)
-            exported = client.export(
-                args.client_id,
-                args.dataset_id,
-                args.format,
-                ingested_after=args.ingested_after,
-                ingested_before=args.ingested_before,
+            exported = export(
                 wait=True,
                 path=args.file,
                 progress=lambda got, total: bar.update(task, completed=got, total=total or None),
-                timeout=args.timeout,
             )
         err.print(f"wrote {exported.record_count:,} records to {args.file}")
     _print_export(exported, as_json=args.json)
