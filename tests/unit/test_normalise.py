@@ -308,6 +308,37 @@ def test_with_json_answers_as_the_normaliser(record: dict[str, Any], opts: Optio
         assert orjson.loads(text) == record
 
 
+@given(st.lists(plain_records, min_size=1, max_size=6), options)
+def test_each_with_json_answers_as_with_json_record_by_record(
+    records: list[dict[str, Any]], opts: Options
+) -> None:
+    normaliser = compile_normaliser(PLAIN_SCHEMA, opts)
+    before = copy.deepcopy(records)
+    cleaned, texts = normaliser.each_with_json(records)
+    assert records == before
+    assert cleaned == [normaliser(record) for record in copy.deepcopy(before)]
+    assert len(texts) == len(records)
+    for record, made, text in zip(records, cleaned, texts, strict=True):
+        if text is not None:
+            assert made is record
+            assert orjson.loads(text) == record
+    # the whole batch goes the quick way exactly when every record would on its own
+    one_by_one = [normaliser.with_json(record)[1] for record in records]
+    if all(text is not None for text in one_by_one):
+        assert texts == one_by_one
+
+
+def test_each_with_json_takes_each_record_on_its_own_when_one_would_change() -> None:
+    normaliser = compile_normaliser(PLAIN_SCHEMA, Options())
+    plain = {"name": "a b", "note": "line"}
+    for changed in ({"name": "a "}, {"at": "2026-11-22T10:00:00+01:00"}, {"note": "x\ny"}):
+        cleaned, texts = normaliser.each_with_json([plain, changed, plain])
+        assert cleaned[0] is plain and cleaned[2] is plain
+        assert cleaned[1] == normaliser(changed)
+        assert texts[0] == texts[2] == orjson.dumps(plain).decode()
+        assert texts[1] is None  # an escape (the newline) is never taken as it is
+
+
 def test_with_json_takes_the_shortcut_only_when_nothing_would_change() -> None:
     normaliser = compile_normaliser(PLAIN_SCHEMA, Options())
     plain = {"name": "a b", "at": "2026-11-22T09:00:00.000Z", "address": {"street": "x"}}
