@@ -222,14 +222,18 @@ def data_tenant(url: str, *, dataset_id: str, schema: dict[str, Any]) -> tuple[d
     return {"Authorization": f"Bearer {bearer}"}, company
 
 
-def copy_limit(database_url: str, texts: list[str], *, seconds: float, per_commit: int) -> float:
+def copy_limit(
+    database_url: str, texts: list[str], *, seconds: float, per_commit: int, keep: bool = False
+) -> float:
     """The physical limit of storing records: one Python process doing binary COPY
     (psycopg 3) of the given JSON texts into a table with the `records` table's columns,
     defaults and indexes, `per_commit` rows a transaction, for `seconds`. Records/s.
 
     Only the database's work and the wire are left: the texts are ready, ids are made
     per row. The benchmarks run it in slices alternating with the API's runs, so that
-    both see the same machine, and print the API's rate as a fraction of it.
+    both see the same machine, and print the API's rate as a fraction of it. `keep`
+    leaves the table and its rows for the next slice: then it grows as `records` does
+    while the API's slices write to it (random uuid keys cost more in a larger index).
     """
     import time
     import uuid
@@ -255,6 +259,7 @@ def copy_limit(database_url: str, texts: list[str], *, seconds: float, per_commi
             conn.commit()
             stored += per_commit
         elapsed = time.perf_counter() - start
-        conn.execute("DROP TABLE copy_limit")
-        conn.commit()
+        if not keep:
+            conn.execute("DROP TABLE copy_limit")
+            conn.commit()
     return stored / elapsed

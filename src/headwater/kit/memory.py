@@ -5,10 +5,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters
+M_MMAP_THRESHOLD = -3
 # Above every block a request makes (bodies are at most 5 MiB by default), below argon2's
 # 19 MiB: requests keep reusing heap memory, a secret check's block goes straight back.
 LARGE = 16 * 1024 * 1024
+# Free memory a heap keeps at its top before giving it back: glibc's own rule once it has
+# raised the mmap threshold (twice the threshold). Fixing the threshold turns that rule
+# off and leaves 128 KiB, and then every request's large buffers (a 500 KB batch is
+# copied several times) were given back when freed and faulted in again on the next:
+# 40% more time for the same parsing and writing (docs/benchmarks.md, issue 24).
+KEEP = 2 * LARGE
 
 
 def return_large_blocks() -> bool:
@@ -16,12 +23,13 @@ def return_large_blocks() -> bool:
     gives it back to the system at once. By default the threshold rises to the size of
     the largest block freed: after one argon2 check (19 MiB) every later one was carved
     from a thread's arena and kept there, and a token flood left each process hundreds
-    of MiB larger. False where the C library is not glibc (nothing changes)."""
+    of MiB larger. Up to KEEP bytes freed at the top of a heap are kept for the next
+    request. False where the C library is not glibc (nothing changes)."""
     name = ctypes.util.find_library("c")
     if name is None:
         return False
     try:
         libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, LARGE))
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, LARGE) and libc.mallopt(M_TRIM_THRESHOLD, KEEP))
     except (OSError, AttributeError):
         return False
