@@ -252,7 +252,9 @@ def copy_limit(
                 "COPY copy_limit (record_id, company_id, dataset_pk, transaction_id, "
                 "schema_version, ingested_at, data) FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(["uuid", "uuid", "uuid", "uuid", "int4", "timestamptz", "json"])
+                # the text as it is: json's binary form is its text. Typed "json", psycopg
+                # would write each str as a JSON string (quoted, its quotes escaped).
+                copy.set_types(["uuid", "uuid", "uuid", "uuid", "int4", "timestamptz", "text"])
                 for index in range(per_commit):
                     text = texts[(stored + index) % len(texts)]
                     copy.write_row((uuid.uuid4(), company, dataset, transaction, 1, now, text))

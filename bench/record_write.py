@@ -113,7 +113,9 @@ def main() -> None:
             conn.transaction(),
             conn.cursor().copy(f"COPY records ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
         ):
-            copy.set_types(["uuid", "uuid", "uuid", "uuid", "int4", "timestamptz", "json"])
+            # the text as it is: json's binary form is its text. Typed "json", psycopg
+            # would write each str as a JSON string (quoted, its quotes escaped).
+            copy.set_types(["uuid", "uuid", "uuid", "uuid", "int4", "timestamptz", "text"])
             for text in texts:
                 copy.write_row((uuid.uuid4(), company, dataset, transaction, 1, now, text))
 
