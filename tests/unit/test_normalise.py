@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from headwater.ingestion import normalise
 from headwater.ingestion.normalise import Options, coerce_value, compile_normaliser, utc_ms
 
 SCHEMA: dict[str, Any] = {
@@ -261,8 +262,6 @@ def test_the_text_fast_path_matches_the_general_one(
     types: list[str], date_time: bool, trim: bool, coerce: bool, value: str
 ) -> None:
     """Text values (every CSV value) take a per-field shortcut; it must change nothing."""
-    from headwater.ingestion import normalise
-
     field: dict[str, Any] = {"type": types} if types else {}
     if date_time:
         field["format"] = "date-time"
@@ -326,6 +325,12 @@ def test_each_with_json_answers_as_with_json_record_by_record(
     one_by_one = [normaliser.with_json(record)[1] for record in records]
     if all(text is not None for text in one_by_one):
         assert texts == one_by_one
+
+
+@given(st.lists(st.sampled_from(["a", " ", "b c", '"', "x y z"]), max_size=30))
+def test_edge_space_finds_a_space_beside_a_quote_however_many_spaces(parts: list[str]) -> None:
+    text = "".join(parts).encode()
+    assert normalise._edge_space(text) == (b'" ' in text or b' "' in text)
 
 
 def test_each_with_json_takes_each_record_on_its_own_when_one_would_change() -> None:

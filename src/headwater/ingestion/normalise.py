@@ -180,6 +180,25 @@ _UTC_SECONDS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 _CANONICAL_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
+def _edge_space(text: bytes) -> bool:
+    """Whether a space stands next to a quote in compact JSON text (orjson's, without
+    escapes): where some string starts or ends with one.
+
+    `in` tests for the two pairs cost 0.7 ms over a 500-record batch (quotes are
+    everywhere, so the search can seldom skip ahead); looking at each space's neighbours
+    costs 0.27 ms where spaces are few. Where they are many, the `in` tests are cheaper.
+    """
+    if text.count(b" ") > len(text) >> 6:
+        return b'" ' in text or b' "' in text
+    find = text.find
+    at = find(b" ")
+    while at >= 0:
+        if (at and text[at - 1] == 0x22) or text[at + 1 : at + 2] == b'"':
+            return True
+        at = find(b" ", at + 1)
+    return False
+
+
 class Normaliser:
     """One schema and options, read once; `__call__` normalises one record.
 
@@ -274,8 +293,7 @@ class Normaliser:
             if (
                 joined.isascii()
                 and b"\\" not in joined
-                and b'" ' not in joined
-                and b' "' not in joined
+                and not _edge_space(joined)
                 and all(map(self._canonical_dates, records))
             ):
                 return records, joined.decode().split("\n")  # type: ignore[return-value]
