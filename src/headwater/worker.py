@@ -329,17 +329,23 @@ def export_settings(settings: Settings) -> exports.JobSettings:
 def export_one(runtime: Runtime, worker: str, stop: threading.Event | None = None) -> bool:
     """Claim and run one export; False when the queue is empty. Once `stop` is set, an
     export in progress is handed back (it runs again, here or elsewhere)."""
-    from headwater.exports import runner
-
     settings = export_settings(runtime.settings)
+
+    def run(export_id: uuid.UUID) -> object:
+        # pyarrow (about 30 MB) is loaded by the first export a process runs, not by
+        # its first look at an empty queue: most API processes never run one
+        from headwater.exports import runner
+
+        return runner.run(
+            runtime.db, runtime.store, export_id, worker=worker, settings=settings, stop=stop
+        )
+
     return _attempt(
         "export",
         exports.claim_next(
             runtime.db, worker=worker, bucket=runtime.store.bucket, settings=settings
         ),
-        lambda export_id: runner.run(
-            runtime.db, runtime.store, export_id, worker=worker, settings=settings, stop=stop
-        ),
+        run,
         lambda export_id, **how: exports.release(runtime.db, export_id, worker=worker, **how),
         exports.Interrupted,
     )

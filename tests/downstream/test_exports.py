@@ -396,6 +396,34 @@ def test_the_api_does_not_load_pyarrow() -> None:
     assert done.stdout.strip() == "False"
 
 
+def test_a_look_at_an_empty_export_queue_does_not_load_pyarrow(tmp_path: Path) -> None:
+    """An API process runs an export worker of its own; its polls of an empty queue
+    leave pyarrow (about 30 MB) unloaded until it has an export to run."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from headwater import worker\n"
+        "from headwater.config import Settings\n"
+        "from headwater.migrations import upgrade\n"
+        "from headwater.runtime import build_runtime\n"
+        "settings = Settings(data_dir=sys.argv[1])\n"
+        "upgrade(settings)\n"
+        "print(worker.export_one(build_runtime(settings), 'w'), 'pyarrow' in sys.modules)\n"
+    )
+    env = {name: value for name, value in os.environ.items() if not name.startswith("HEADWATER_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    assert done.stdout.split() == ["False", "False"]
+
+
 def test_an_attempt_that_fails_mid_file_leaves_nothing_and_the_next_completes(
     feed_tenant: FeedTenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
