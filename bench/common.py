@@ -233,7 +233,7 @@ def copy_limit(
     per row. The benchmarks run it in slices alternating with the API's runs, so that
     both see the same machine, and print the API's rate as a fraction of it. `keep`
     leaves the table and its rows for the next slice: then it grows as `records` does
-    while the API's slices write to it (random uuid keys cost more in a larger index).
+    while the API's slices write to it (a larger table's indexes cost more to add to).
     """
     import time
     import uuid

@@ -331,12 +331,12 @@ def export_one(runtime: Runtime, worker: str, stop: threading.Event | None = Non
     export in progress is handed back (it runs again, here or elsewhere)."""
     settings = export_settings(runtime.settings)
 
-    def run(export_id: uuid.UUID) -> object:
+    def run(export_id: uuid.UUID) -> None:
         # pyarrow (about 30 MB) is loaded by the first export a process runs, not by
         # its first look at an empty queue: most API processes never run one
         from headwater.exports import runner
 
-        return runner.run(
+        runner.run(
             runtime.db, runtime.store, export_id, worker=worker, settings=settings, stop=stop
         )
 
