@@ -222,6 +222,15 @@ def data_tenant(url: str, *, dataset_id: str, schema: dict[str, Any]) -> tuple[d
     return {"Authorization": f"Bearer {bearer}"}, company
 
 
+# The records table's columns as binary COPY takes them, with the types psycopg writes.
+# The text goes as it is: json's binary form is its text. Typed "json", psycopg would
+# write each str as a JSON string (quoted, its quotes escaped).
+RECORD_COPY_COLUMNS = (
+    "record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data"
+)
+RECORD_COPY_TYPES = ["uuid", "uuid", "uuid", "uuid", "int4", "timestamptz", "text"]
+
+
 def copy_limit(
     database_url: str, texts: list[str], *, seconds: float, per_commit: int, keep: bool = False
 ) -> float:
@@ -249,12 +258,9 @@ def copy_limit(
         while time.perf_counter() < deadline:
             now = datetime.now(UTC)
             with conn.cursor().copy(
-                "COPY copy_limit (record_id, company_id, dataset_pk, transaction_id, "
-                "schema_version, ingested_at, data) FROM STDIN (FORMAT BINARY)"
+                f"COPY copy_limit ({RECORD_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                # the text as it is: json's binary form is its text. Typed "json", psycopg
-                # would write each str as a JSON string (quoted, its quotes escaped).
-                copy.set_types(["uuid", "uuid", "uuid", "uuid", "int4", "timestamptz", "text"])
+                copy.set_types(RECORD_COPY_TYPES)
                 for index in range(per_commit):
                     text = texts[(stored + index) % len(texts)]
                     copy.write_row((uuid.uuid4(), company, dataset, transaction, 1, now, text))

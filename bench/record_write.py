@@ -32,10 +32,10 @@ from typing import Any
 
 import psycopg
 
-from bench.common import bench_database
+from bench.common import RECORD_COPY_COLUMNS, RECORD_COPY_TYPES, bench_database
 from bench.validate import record
 
-COLUMNS = "record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data"
+COPY_IN = f"COPY records ({RECORD_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
 TRAILER = b"\xff\xff"
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -111,11 +111,11 @@ def main() -> None:
         transaction, now = uuid.uuid4(), datetime.now(UTC)
         with (
             conn.transaction(),
-            conn.cursor().copy(f"COPY records ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
+            conn.cursor().copy(
+                f"COPY records ({RECORD_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+            ) as copy,
         ):
-            # the text as it is: json's binary form is its text. Typed "json", psycopg
-            # would write each str as a JSON string (quoted, its quotes escaped).
-            copy.set_types(["uuid", "uuid", "uuid", "uuid", "int4", "timestamptz", "text"])
+            copy.set_types(RECORD_COPY_TYPES)
             for text in texts:
                 copy.write_row((uuid.uuid4(), company, dataset, transaction, 1, now, text))
 
@@ -123,7 +123,9 @@ def main() -> None:
         data = copy_block((company, dataset, uuid.uuid4()), datetime.now(UTC), encoded)
         with (
             conn.transaction(),
-            conn.cursor().copy(f"COPY records ({COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
+            conn.cursor().copy(
+                f"COPY records ({RECORD_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+            ) as copy,
         ):
             copy.write(data)
 

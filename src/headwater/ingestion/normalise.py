@@ -180,6 +180,13 @@ _UTC_SECONDS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 _CANONICAL_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
+def _plain(text: bytes) -> bool:
+    """Whether compact JSON text (orjson's) is one that trimming leaves as it is: ASCII,
+    without escapes (which rules out every whitespace but the space), and no string
+    starting or ending with a space."""
+    return text.isascii() and b"\\" not in text and not _edge_space(text)
+
+
 def _edge_space(text: bytes) -> bool:
     """Whether a space stands next to a quote in compact JSON text (orjson's, without
     escapes): where some string starts or ends with one.
@@ -267,17 +274,9 @@ class Normaliser:
         out every other whitespace that trimming removes. The top-level date-times must
         already be UTC with milliseconds. The text is what storing the record needs.
         """
-        if self.shortcut:
-            text = orjson.dumps(record)
-            if (
-                text.isascii()
-                and b"\\" not in text
-                and b'" ' not in text
-                and b' "' not in text
-                and self._canonical_dates(record)
-            ):
-                return record, text.decode()
-        return self(record), None
+        if not self.shortcut:
+            return self(record), None
+        return self._kept(record, orjson.dumps(record))
 
     def each_with_json(self, records: list[Record]) -> tuple[list[Record], list[str | None]]:
         """`with_json` of each record: the records normalised, and their JSON texts.
@@ -286,19 +285,22 @@ class Normaliser:
         C speed), the texts joined by newlines and `with_json`'s tests run once on the
         whole, then split again. orjson escapes every newline inside a string, and the
         tests rule out escapes, so the newlines are exactly the joins. Only when some
-        record fails is each one taken on its own.
+        record fails is each one taken on its own (with the text already written).
         """
-        if self.shortcut:
-            joined = b"\n".join(map(orjson.dumps, records))
-            if (
-                joined.isascii()
-                and b"\\" not in joined
-                and not _edge_space(joined)
-                and all(map(self._canonical_dates, records))
-            ):
-                return records, joined.decode().split("\n")  # type: ignore[return-value]
-        normalised = list(map(self.with_json, records))
-        return [record for record, _ in normalised], [text for _, text in normalised]
+        if not self.shortcut:
+            return list(map(self, records)), [None] * len(records)
+        texts = list(map(orjson.dumps, records))
+        joined = b"\n".join(texts)
+        if _plain(joined) and all(map(self._canonical_dates, records)):
+            return records, joined.decode().split("\n")  # type: ignore[return-value]
+        kept = list(map(self._kept, records, texts))
+        return [record for record, _ in kept], [text for _, text in kept]
+
+    def _kept(self, record: Record, text: bytes) -> tuple[Record, str | None]:
+        """`with_json` of a record whose orjson text is `text` (the shortcut applies)."""
+        if _plain(text) and self._canonical_dates(record):
+            return record, text.decode()
+        return self(record), None
 
     def _canonical_dates(self, record: Record) -> bool:
         """Whether each top-level date-time of the record that is a string is already UTC
