@@ -14,7 +14,13 @@ fraction of it; then the EXPLAIN ANALYZE plan of each query. Targets (issue 24, 
 10,000,000 entries): p95 <= 10 ms and p99 <= 25 ms for (a)-(d) and (f), (e) p95 <= 25 ms,
 totals exact.
 
+With `--against SRC` (repeatable), each round also measures the server whose package is
+in SRC, another checkout's `src` directory (`git worktree add /tmp/old REV`), on the same
+data: a fresh server of each in turn, so that old and new code are compared in the same
+minutes, and a table of each one's medians at the end.
+
     uv run python -m bench.activity [--seconds 10] [--entries 1000000] [--rounds 1]
+                                    [--against /tmp/old/src]
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import argparse
 import json
 import os
 import random
+import statistics
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -182,19 +190,14 @@ def explain(db: Database, statement: Any) -> str:
         return "\n".join("    " + r for r in rows)
 
 
-def summarise(
-    args: argparse.Namespace,
-    results: dict[str, Any],
-    category_result: Any,
-    whoami: Any,
-    word: str,
-    matched: int,
-) -> None:
+def summarise(args: argparse.Namespace, measured: Any) -> None:
     """One round's figures, and whether they meet the targets."""
     print(
         f"\nconcurrency 8, {args.seconds} s each, {args.workers} API workers, "
         f"{os.cpu_count()} cores shared with the load generator"
     )
+    results, category_result, whoami = measured.results, measured.category, measured.whoami
+    word, matched = measured.word, measured.matched
     for label, (result, total, _) in results.items():
         print(report(f"{label} [{total:,} match]", result))
     print(report(f"(f) categories name~{word!r} [{matched:,} match]", category_result))
@@ -216,6 +219,160 @@ def summarise(
     print(f"(e) p95 <= 25 ms: {'met' if page_500.latency_p95_ms <= 25 else 'NOT met'}")
 
 
+def token_for(url: str, credential: dict[str, Any]) -> str:
+    return str(
+        httpx.post(
+            url + "/oauth/token",
+            json={
+                "client_id": credential["client_id"],
+                "client_secret": credential["client_secret"],
+                "audience": "headwater-api",
+            },
+        ).json()["access_token"]
+    )
+
+
+def set_up(url: str, database_url: str, args: argparse.Namespace) -> SimpleNamespace:
+    """Companies and a credential through the API, the entries and categories by COPY;
+    the shapes to measure, drawn from what was loaded."""
+    admin = {
+        "Authorization": "Bearer "
+        + httpx.post(
+            url + "/oauth/token",
+            json={"client_id": OPERATOR, "client_secret": SECRET, "audience": "headwater-api"},
+        ).json()["access_token"]
+    }
+    companies = [
+        uuid.UUID(
+            httpx.post(
+                url + "/admin/v1/companies", headers=admin, json={"name": f"bench {i}"}
+            ).json()["id"]
+        )
+        for i in range(COMPANIES)
+    ]
+    credential = httpx.post(
+        f"{url}/admin/v1/companies/{companies[0]}/credentials",
+        headers=admin,
+        json={"name": "bench", "scopes": ["activities:read", "workflows:read"]},
+    ).json()
+
+    seconds_entries = load_activity(database_url, companies, args.entries)
+    seconds_categories = load_categories(
+        database_url, companies[0], args.categories, credential["author_id"]
+    )
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        # the load's writes flushed now, not by a checkpoint in the middle of a
+        # measurement (one stalled a shape's reads for 300 ms and more)
+        conn.execute("CHECKPOINT")
+    print(
+        f"loaded {args.entries:,} chained entries over {COMPANIES} companies in "
+        f"{seconds_entries:.1f} s ({args.entries / seconds_entries:,.0f}/s); "
+        f"{args.categories:,} categories in one company in {seconds_categories:.1f} s"
+    )
+
+    db = Database(Settings(database_url=database_url))
+    with db.unit_of_work() as session:
+        sample = session.execute(
+            text(
+                "SELECT resource_id, author_id, timestamp FROM activity_entries "
+                "WHERE company_id = :c ORDER BY seq DESC LIMIT 1 OFFSET :o"
+            ),
+            {"c": companies[0], "o": args.entries // COMPANIES // 4},
+        ).one()
+        verified = activity.verify(session, company_id=companies[0])
+    print(
+        f"chain of company 0 verifies: {verified.finding is None} ({verified.head.count:,} entries)"
+    )
+
+    since = (sample.timestamp - timedelta(days=2)).isoformat()
+    until = sample.timestamp.isoformat()
+    shapes: dict[str, dict[str, Any]] = {
+        "(a) no filter, newest first": {},
+        "(b) resource_id": {"filter": {"resource_id": str(sample.resource_id)}},
+        "(c) author_id + timestamp range": {
+            "filter": {
+                "author_id": str(sample.author_id),
+                "timestamp": {"$gte": since, "$lt": until},
+            }
+        },
+        "(d) resource_type + action + range": {
+            "filter": {
+                "resource_type": "workflow",
+                "action": "update",
+                "timestamp": {"$gt": since, "$lte": until},
+            }
+        },
+        "(e) page 500 of (a)": {"page": 500},
+    }
+    return SimpleNamespace(db=db, companies=companies, credential=credential, shapes=shapes)
+
+
+def measure(url: str, token: str, shapes: dict[str, dict[str, Any]], seconds: int) -> Any:
+    """One round: every shape, the category list and whoami, each warmed up for 2 s."""
+    results = {}
+    common = {"seconds": seconds, "connections": 8, "threads": 2}
+    bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    for label, shape in shapes.items():
+        body = {
+            "page": 0,
+            "page_size": 20,
+            "sort_by": "timestamp",
+            "sort_direction": "desc",
+        } | shape
+        check = httpx.post(url + "/app/v1/activities/search", json=body, headers=bearer)
+        assert check.status_code == 200, check.text
+        script = request_script(method="POST", body=json.dumps(body), headers=bearer)
+        run_wrk(url + "/app/v1/activities/search", seconds=2, connections=8, script=script)
+        results[label] = (
+            run_wrk(url + "/app/v1/activities/search", **common, script=script),
+            check.json()["total_entries"],
+            body,
+        )
+    word = "audit"
+    category_url = f"{url}/app/v1/workflow_categories?name={word}&page_size=20"
+    matched = httpx.get(category_url, headers=bearer).json()["total_entries"]
+    category_script = request_script(headers=bearer)
+    run_wrk(category_url, seconds=2, connections=8, script=category_script)  # warm-up
+    category_result = run_wrk(category_url, **common, script=category_script)
+    whoami_script = request_script(headers={"Authorization": f"Bearer {token}"})
+    run_wrk(url + "/platform/v1/whoami", seconds=2, connections=8, script=whoami_script)
+    whoami = run_wrk(url + "/platform/v1/whoami", **common, script=whoami_script)
+    return SimpleNamespace(
+        results=results, category=category_result, whoami=whoami, word=word, matched=matched
+    )
+
+
+def compare(rounds: dict[str, list[Any]]) -> None:
+    """Each server's median p95 and p99 per shape over its rounds, and how many of its
+    shape-rounds missed the targets."""
+    print("\nmedian over rounds, p95 / p99 ms (requests/s):")
+    for name, measured in rounds.items():
+        print(f"  {name}")
+        labels = [*measured[0].results, "(f) categories"]
+        for label in labels:
+            picked = [
+                m.category if label.startswith("(f)") else m.results[label][0] for m in measured
+            ]
+            p95 = statistics.median(r.latency_p95_ms for r in picked)
+            p99 = statistics.median(r.latency_p99_ms for r in picked)
+            rate = statistics.median(r.requests_per_second for r in picked)
+            print(f"    {label:36s} {p95:7.2f} / {p99:7.2f}  ({rate:,.0f}/s)")
+        shaped = [
+            r
+            for m in measured
+            for r in [
+                *(r for label, (r, _, _) in m.results.items() if not label.startswith("(e)")),
+                m.category,
+            ]
+        ]
+        print(
+            f"    shape-rounds over p95 10 ms: {sum(r.latency_p95_ms > 10 for r in shaped)}"
+            f"/{len(shaped)}, over p99 25 ms: {sum(r.latency_p99_ms > 25 for r in shaped)}"
+            f"/{len(shaped)}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--seconds", type=int, default=10)
@@ -223,127 +380,48 @@ def main() -> None:
     parser.add_argument("--categories", type=int, default=100_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--rounds", type=int, default=1, help="measure every shape N times")
+    parser.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="SRC",
+        help="also measure the server whose package is in SRC (another checkout's src "
+        "directory), on the same data: each round runs a fresh server of this checkout "
+        "and of each SRC in turn, so the code is compared in the same minutes",
+    )
     args = parser.parse_args()
 
-    with bench_database("headwater_bench_activity") as database_url:
+    with (
+        bench_database("headwater_bench_activity") as database_url,
+        tempfile.TemporaryDirectory() as data_dir,
+    ):
         env = server_env(database_url, HEADWATER_LOG_LEVEL="WARNING")
-        with production_server(env, args.workers) as url:
-            admin = {
-                "Authorization": "Bearer "
-                + httpx.post(
-                    url + "/oauth/token",
-                    json={
-                        "client_id": OPERATOR,
-                        "client_secret": SECRET,
-                        "audience": "headwater-api",
-                    },
-                ).json()["access_token"]
-            }
-            companies = [
-                uuid.UUID(
-                    httpx.post(
-                        url + "/admin/v1/companies", headers=admin, json={"name": f"bench {i}"}
-                    ).json()["id"]
-                )
-                for i in range(COMPANIES)
-            ]
-            cred = httpx.post(
-                f"{url}/admin/v1/companies/{companies[0]}/credentials",
-                headers=admin,
-                json={"name": "bench", "scopes": ["activities:read", "workflows:read"]},
-            ).json()
-            token = httpx.post(
-                url + "/oauth/token",
-                json={
-                    "client_id": cred["client_id"],
-                    "client_secret": cred["client_secret"],
-                    "audience": "headwater-api",
-                },
-            ).json()["access_token"]
-
-            seconds_entries = load_activity(database_url, companies, args.entries)
-            seconds_categories = load_categories(
-                database_url, companies[0], args.categories, cred["author_id"]
-            )
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                conn.execute("VACUUM ANALYZE")
-                # the load's writes flushed now, not by a checkpoint in the middle of a
-                # measurement (one stalled a shape's reads for 300 ms and more)
-                conn.execute("CHECKPOINT")
-            print(
-                f"loaded {args.entries:,} chained entries over {COMPANIES} companies in "
-                f"{seconds_entries:.1f} s ({args.entries / seconds_entries:,.0f}/s); "
-                f"{args.categories:,} categories in one company in {seconds_categories:.1f} s"
-            )
-
-            db = Database(Settings(database_url=database_url))
-            with db.unit_of_work() as session:
-                sample = session.execute(
-                    text(
-                        "SELECT resource_id, author_id, timestamp FROM activity_entries "
-                        "WHERE company_id = :c ORDER BY seq DESC LIMIT 1 OFFSET :o"
-                    ),
-                    {"c": companies[0], "o": args.entries // COMPANIES // 4},
-                ).one()
-                verified = activity.verify(session, company_id=companies[0])
-            print(
-                f"chain of company 0 verifies: {verified.finding is None} "
-                f"({verified.head.count:,} entries)"
-            )
-
-            since = (sample.timestamp - timedelta(days=2)).isoformat()
-            until = sample.timestamp.isoformat()
-            shapes: dict[str, dict[str, Any]] = {
-                "(a) no filter, newest first": {},
-                "(b) resource_id": {"filter": {"resource_id": str(sample.resource_id)}},
-                "(c) author_id + timestamp range": {
-                    "filter": {
-                        "author_id": str(sample.author_id),
-                        "timestamp": {"$gte": since, "$lt": until},
-                    }
-                },
-                "(d) resource_type + action + range": {
-                    "filter": {
-                        "resource_type": "workflow",
-                        "action": "update",
-                        "timestamp": {"$gt": since, "$lte": until},
-                    }
-                },
-                "(e) page 500 of (a)": {"page": 500},
-            }
-            common = {"seconds": args.seconds, "connections": 8, "threads": 2}
-            bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-            for round_number in range(1, args.rounds + 1):
-                results = {}
-                for label, shape in shapes.items():
-                    body = {
-                        "page": 0,
-                        "page_size": 20,
-                        "sort_by": "timestamp",
-                        "sort_direction": "desc",
-                    } | shape
-                    check = httpx.post(url + "/app/v1/activities/search", json=body, headers=bearer)
-                    assert check.status_code == 200, check.text
-                    script = request_script(method="POST", body=json.dumps(body), headers=bearer)
-                    run_wrk(
-                        url + "/app/v1/activities/search", seconds=2, connections=8, script=script
-                    )  # warm-up
-                    results[label] = (
-                        run_wrk(url + "/app/v1/activities/search", **common, script=script),
-                        check.json()["total_entries"],
-                        body,
+        servers = {"this checkout": env} | {
+            src: env | {"PYTHONPATH": os.path.abspath(src)} for src in args.against
+        }
+        measured: dict[str, list[Any]] = {name: [] for name in servers}
+        with production_server(env, args.workers, data_dir=data_dir) as url:
+            setup = set_up(url, database_url, args)
+            if not args.against:
+                token = token_for(url, setup.credential)
+                for round_number in range(1, args.rounds + 1):
+                    measured["this checkout"].append(
+                        measure(url, token, setup.shapes, args.seconds)
                     )
-                word = "audit"
-                category_url = f"{url}/app/v1/workflow_categories?name={word}&page_size=20"
-                matched = httpx.get(category_url, headers=bearer).json()["total_entries"]
-                category_script = request_script(headers=bearer)
-                run_wrk(category_url, seconds=2, connections=8, script=category_script)  # warm-up
-                category_result = run_wrk(category_url, **common, script=category_script)
-                whoami_script = request_script(headers={"Authorization": f"Bearer {token}"})
-                run_wrk(url + "/platform/v1/whoami", seconds=2, connections=8, script=whoami_script)
-                whoami = run_wrk(url + "/platform/v1/whoami", **common, script=whoami_script)
-                print(f"\nround {round_number} of {args.rounds}", end="")
-                summarise(args, results, category_result, whoami, word, matched)
+                    print(f"\nround {round_number} of {args.rounds}", end="")
+                    summarise(args, measured["this checkout"][-1])
+        if args.against:
+            for round_number in range(1, args.rounds + 1):
+                for name, server in servers.items():
+                    with production_server(server, args.workers, data_dir=data_dir) as url:
+                        token = token_for(url, setup.credential)
+                        measured[name].append(measure(url, token, setup.shapes, args.seconds))
+                    print(f"\nround {round_number} of {args.rounds}, server of {name}", end="")
+                    summarise(args, measured[name][-1])
+            compare(measured)
+        db, companies = setup.db, setup.companies
+        results = measured["this checkout"][-1].results
+        word = measured["this checkout"][-1].word
 
         # totals exact: each shape's answer against a count of its rows in SQL
         with db.read_session() as session:
