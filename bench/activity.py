@@ -44,7 +44,10 @@ from sqlalchemy import text
 from bench.common import (
     OPERATOR,
     SECRET,
+    CpuSplit,
+    WrkResult,
     bench_database,
+    cpu_split,
     production_server,
     report,
     request_script,
@@ -202,6 +205,10 @@ def summarise(args: argparse.Namespace, measured: Any) -> None:
         print(report(f"{label} [{total:,} match]", result))
     print(report(f"(f) categories name~{word!r} [{matched:,} match]", category_result))
     print(report("(w) GET /platform/v1/whoami (the ceiling)", whoami))
+    done = {label: r.requests for label, (r, _, _) in results.items()}
+    done |= {"(f)": category_result.requests, "(w)": whoami.requests}
+    for label, split in measured.cpu.items():
+        print(f"{label[:3]} {split.per_request(done[label])}")
     ceiling = whoami.requests_per_second
     every = [*(r for r, _, _ in results.values()), category_result]
     print(
@@ -311,7 +318,15 @@ def set_up(url: str, database_url: str, args: argparse.Namespace) -> SimpleNames
 def measure(url: str, token: str, shapes: dict[str, dict[str, Any]], seconds: int) -> Any:
     """One round: every shape, the category list and whoami, each warmed up for 2 s."""
     results = {}
+    cpu: dict[str, CpuSplit] = {}
     common = {"seconds": seconds, "connections": 8, "threads": 2}
+
+    def timed(label: str, target: str, script: str) -> WrkResult:
+        before = cpu_split()
+        result = run_wrk(target, **common, script=script)
+        cpu[label] = cpu_split() - before
+        return result
+
     bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     for label, shape in shapes.items():
         body = {
@@ -325,7 +340,7 @@ def measure(url: str, token: str, shapes: dict[str, dict[str, Any]], seconds: in
         script = request_script(method="POST", body=json.dumps(body), headers=bearer)
         run_wrk(url + "/app/v1/activities/search", seconds=2, connections=8, script=script)
         results[label] = (
-            run_wrk(url + "/app/v1/activities/search", **common, script=script),
+            timed(label, url + "/app/v1/activities/search", script),
             check.json()["total_entries"],
             body,
         )
@@ -334,12 +349,17 @@ def measure(url: str, token: str, shapes: dict[str, dict[str, Any]], seconds: in
     matched = httpx.get(category_url, headers=bearer).json()["total_entries"]
     category_script = request_script(headers=bearer)
     run_wrk(category_url, seconds=2, connections=8, script=category_script)  # warm-up
-    category_result = run_wrk(category_url, **common, script=category_script)
+    category_result = timed("(f)", category_url, category_script)
     whoami_script = request_script(headers={"Authorization": f"Bearer {token}"})
     run_wrk(url + "/platform/v1/whoami", seconds=2, connections=8, script=whoami_script)
-    whoami = run_wrk(url + "/platform/v1/whoami", **common, script=whoami_script)
+    whoami = timed("(w)", url + "/platform/v1/whoami", whoami_script)
     return SimpleNamespace(
-        results=results, category=category_result, whoami=whoami, word=word, matched=matched
+        results=results,
+        category=category_result,
+        whoami=whoami,
+        word=word,
+        matched=matched,
+        cpu=cpu,
     )
 
 

@@ -183,6 +183,67 @@ def combine(slices: list[WrkResult]) -> WrkResult:
     )
 
 
+@dataclass(frozen=True)
+class CpuSplit:
+    """CPU seconds spent by the machine's parts: Headwater's processes (`headwater.cli`
+    on their command line), PostgreSQL's, and this process's finished children (wrk)."""
+
+    api: float
+    postgres: float
+    load: float
+
+    def __sub__(self, other: CpuSplit) -> CpuSplit:
+        return CpuSplit(
+            self.api - other.api, self.postgres - other.postgres, self.load - other.load
+        )
+
+    def per_request(self, requests: int) -> str:
+        """Microseconds of each part's CPU a request."""
+        each = 1e6 / max(requests, 1)
+        return (
+            f"CPU a request: API {self.api * each:4.0f} µs, PostgreSQL "
+            f"{self.postgres * each:4.0f} µs, wrk {self.load * each:3.0f} µs"
+        )
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split() -> CpuSplit:
+    """The CPU seconds used so far by Headwater, PostgreSQL and this process's children
+    (read from /proc; processes that ended since an earlier reading are not counted).
+    Headwater's are the `headwater.cli` processes and their children (uvicorn's workers
+    are spawned with a command line of their own)."""
+    used: dict[int, float] = {}
+    parent: dict[int, int] = {}
+    kind: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:  # the process ended
+            continue
+        pid = int(stat.parent.name)
+        fields = text.rsplit(")", 1)[1].split()
+        used[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+        parent[pid] = int(fields[1])
+        if text[text.index("(") + 1 : text.rindex(")")] == "postgres":
+            kind[pid] = "postgres"
+        elif b"headwater.cli" in command:
+            kind[pid] = "api"
+    totals = {"api": 0.0, "postgres": 0.0}
+    for pid, seconds in used.items():
+        ancestor = pid
+        while ancestor in parent and ancestor not in kind:
+            ancestor = parent[ancestor]
+        if ancestor in kind:
+            totals[kind[ancestor]] += seconds
+    children = os.times()
+    return CpuSplit(
+        totals["api"], totals["postgres"], children.children_user + children.children_system
+    )
+
+
 def report(label: str, result: WrkResult) -> str:
     return (
         f"{label:44s} {result.requests_per_second:9.1f} req/s   "

@@ -197,7 +197,7 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
     connect_args: dict[str, Any] = {"connect_timeout": settings.db_connect_timeout_seconds}
     reads: dict[str, Any] = {}
     if for_reads:
-        connect_args["options"] = "-c plan_cache_mode=force_custom_plan"
+        connect_args["options"] = CUSTOM_READS
         reads["isolation_level"] = "AUTOCOMMIT"
     return create_engine(
         url,
@@ -220,6 +220,15 @@ T = TypeVar("T")
 
 # Connections `Database.loop_read` has at most, per process (kept while idle).
 LOOP_READERS = 8
+# Reads: every run planned for its values (see make_engine)
+CUSTOM_READS = "-c plan_cache_mode=force_custom_plan"
+# Reads whose best plan is a range of one index, whatever the values (`loop_read`'s
+# `generic`): planned once, and never as a bitmap or sequential scan. The plan made once
+# knows no values; where a filter matches a few rows on average, it chose to read all of
+# a value's rows and sort them (a bitmap scan), which a value with many rows makes slow.
+GENERIC_READS = (
+    "-c plan_cache_mode=force_generic_plan -c enable_bitmapscan=off -c enable_seqscan=off"
+)
 
 
 class Database:
@@ -232,9 +241,11 @@ class Database:
         # Reads that change nothing have an engine of their own (see make_engine).
         self.reader = make_engine(settings, for_reads=True)
         self.read_sessions = sessionmaker(self.reader, expire_on_commit=False)
-        # `loop_read`'s idle connections (PostgreSQL), and the gate that bounds how many
-        # it has at once, made for the event loop that uses it
-        self._loop_idle: list[psycopg.AsyncConnection[Any]] = []
+        # `loop_read`'s idle connections (PostgreSQL) by plan (generic or not), how many it
+        # has open, and the gate that bounds how many it uses at once, made for the event
+        # loop that uses it
+        self._loop_idle: dict[bool, list[psycopg.AsyncConnection[Any]]] = {False: [], True: []}
+        self._loop_open = 0
         self._loop_gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     @property
@@ -298,18 +309,21 @@ class Database:
             connection.execution_options(isolation_level="AUTOCOMMIT")
             yield connection
 
-    async def connect_async(self, *, for_reads: bool = False) -> psycopg.AsyncConnection[Any]:
+    async def connect_async(
+        self, *, for_reads: bool = False, generic: bool = False
+    ) -> psycopg.AsyncConnection[Any]:
         """A psycopg connection of its own for code on the event loop (PostgreSQL only;
         the push groups' writers, `loop_read`): autocommit, rows as named tuples;
-        `for_reads` plans every query for its values, as the read engine does. The caller
-        closes it. A failure to connect is raised as SQLAlchemy's, like the engine's."""
+        `for_reads` plans every query for its values, as the read engine does, or, with
+        `generic`, a prepared statement once for any values. The caller closes it. A
+        failure to connect is raised as SQLAlchemy's, like the engine's."""
         import psycopg
         from psycopg.rows import namedtuple_row
 
         _args, params = self.engine.dialect.create_connect_args(self.engine.url)
         params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
         if for_reads:
-            params["options"] = "-c plan_cache_mode=force_custom_plan"
+            params["options"] = GENERIC_READS if generic else CUSTOM_READS
         try:
             return await psycopg.AsyncConnection.connect(
                 **params,
@@ -345,13 +359,23 @@ class Database:
             connection.execute(text("SELECT 1"))
 
     @asynccontextmanager
-    async def loop_read(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def loop_read(
+        self, *, generic: bool = False
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A connection for reads on the event loop (PostgreSQL only), kept for the next.
 
         For the hottest reads: a read on a thread costs two thread handoffs and the wait
         for the GIL between them, more than the query (the activity search: p99 17 ms
         against 9 ms on the loop, issue 24). psycopg's errors are raised as SQLAlchemy's,
         as `driver_execute` does; a connection that failed is closed, not kept.
+
+        `generic`: a connection whose prepared statements are planned once, for any
+        values (psycopg prepares a statement on its fifth run). Only for statements whose
+        best plan does not depend on their values: planning was most of PostgreSQL's
+        work for a page of the activity search (issue 24). Otherwise every run is
+        planned for its values, since a plan made for a filter that matches a few rows
+        can be slow for one that matches most. At most LOOP_READERS connections of both
+        kinds are open.
         """
         import psycopg
 
@@ -359,24 +383,40 @@ class Database:
         if self._loop_gate is None or self._loop_gate[0] is not loop:
             self._loop_gate = (loop, asyncio.Semaphore(LOOP_READERS))
         async with self._loop_gate[1]:  # more reads at once wait for a connection
-            connection = self._loop_idle.pop() if self._loop_idle else None
+            idle = self._loop_idle[generic]
+            connection = idle.pop() if idle else None
             if connection is None:
-                connection = await self.connect_async(for_reads=True)
+                other = self._loop_idle[not generic]
+                if other and self._loop_open >= LOOP_READERS:  # make room: close one
+                    await self._loop_close(other.pop(0))
+                self._loop_open += 1  # counted before the wait, as other reads go on
+                try:
+                    connection = await self.connect_async(for_reads=True, generic=generic)
+                except BaseException:
+                    self._loop_open -= 1
+                    raise
             try:
                 yield connection
             except psycopg.Error as exc:
                 broken = connection.broken or connection.closed
-                await connection.close()
+                await self._loop_close(connection)
                 raise as_sqlalchemy_error(exc, broken=broken) from exc
             except BaseException:
-                await connection.close()
+                await self._loop_close(connection)
                 raise
             if connection.closed:
+                self._loop_open -= 1
                 return
-            self._loop_idle.append(connection)
+            idle.append(connection)
+
+    async def _loop_close(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        self._loop_open -= 1
+        await connection.close()
 
     async def close_loop_reads(self) -> None:
-        idle, self._loop_idle = self._loop_idle, []
+        idle = [c for kind in self._loop_idle.values() for c in kind]
+        self._loop_idle = {False: [], True: []}
+        self._loop_open -= len(idle)
         for connection in idle:
             await connection.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -185,24 +186,30 @@ def test_searches_on_the_event_loop_answer_what_a_read_session_answers(
         {"filter": {"author_id": str(author)}, "page": 2, "page_size": 50},
     ]
 
-    async def on_loop() -> list[bytes]:
+    async def on_loop() -> list[list[bytes]]:
+        # six rounds: psycopg prepares a statement on its fifth run, and from then on the
+        # shapes with an index of their own run a plan made once for any values
         try:
             return [
-                await activity.search_async(
-                    pg, company_id=company, query=ActivitySearch.model_validate(body)
-                )
-                for body in bodies
+                [
+                    await activity.search_async(
+                        pg, company_id=company, query=ActivitySearch.model_validate(body)
+                    )
+                    for body in bodies
+                ]
+                for _ in range(6)
             ]
         finally:
             await pg.close_loop_reads()
 
-    answers = asyncio.run(on_loop())
+    rounds = asyncio.run(on_loop())
     with pg.read_session() as session:
         expected = [
             activity.search(session, company_id=company, query=ActivitySearch.model_validate(b))
             for b in bodies
         ]
-    assert answers == expected
+    assert all(answers == expected for answers in rounds)
+    answers = rounds[-1]
     # counted totals (the crowded companies have no chain head: unfiltered totals are 0)
     filtered = [json.loads(a) for a, b in zip(answers, bodies, strict=True) if "filter" in b]
     assert all(page["total_entries"] > 0 and page["data"] for page in filtered)
@@ -234,3 +241,146 @@ def test_concurrent_searches_on_the_loop_open_at_most_loop_readers_connections(
     answers = asyncio.run(many())
     assert len(set(answers)) == 1 and json.loads(answers[0])["total_entries"] > 0
     assert 1 <= len(opened) <= LOOP_READERS
+
+
+def test_every_shape_planned_once_has_an_index_of_its_own() -> None:
+    """A shape runs a plan made once for any values only if an index holds the company,
+    exactly its members and then the sort order: then that index is its best plan,
+    whatever the values."""
+    indexes = [
+        [column.name for column in index.columns] for index in ActivityEntry.__table__.indexes
+    ]
+    for members in activity._OWN_INDEX:
+        assert any(
+            columns[0] == "company_id"
+            and set(columns[1:-2]) == members
+            and len(columns) == len(members) + 3
+            and columns[-2:] == ["timestamp", "seq"]
+            for columns in indexes
+        ), members
+    shape = activity._shape
+    for body, once in [
+        ({}, True),
+        ({"filter": {"resource_id": str(uuid.uuid4())}}, True),
+        ({"filter": {"action": "update", "resource_type": "workflow"}}, True),
+        (
+            {
+                "filter": {
+                    "author_id": str(uuid.uuid4()),
+                    "timestamp": {"$gt": "2026-01-01T00:00:00Z"},
+                }
+            },
+            True,
+        ),
+        ({"sort_by": "action"}, False),  # sorted by another column: a sort whose cost varies
+        ({"filter": {"resource_type": "workflow"}}, False),  # no index of its own
+        ({"filter": {"author_id": str(uuid.uuid4()), "action": "create"}}, False),
+    ]:
+        query = ActivitySearch.model_validate(body)
+        assert activity._plan_once(shape(uuid.uuid4(), query)[0]) is once, body
+
+
+def _generic_plan(pg: Database, sql: str, params: dict[str, Any]) -> str:
+    """The plan a generic loop-read connection makes once for any values of a psycopg
+    statement (`%(name)s` parameters), shown for `params` (PREPARE, EXPLAIN EXECUTE)."""
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        if found.group(1) not in names:
+            names.append(found.group(1))
+        return f"${names.index(found.group(1)) + 1}"
+
+    numbered = re.sub(r"%\((\w+)\)s", number, sql).replace("%%", "%")
+
+    async def explain() -> str:
+        connection = await pg.connect_async(for_reads=True, generic=True)
+        try:
+            await connection.execute("PREPARE shape AS " + numbered)
+            values = []
+            for name in names:
+                quoted = await connection.execute(
+                    "SELECT quote_literal(%s::text)", (str(params[name]),)
+                )
+                values.append((await quoted.fetchone())[0])
+            plan = await connection.execute(f"EXPLAIN EXECUTE shape({', '.join(values)})")
+            return "\n".join(row[0] for row in await plan.fetchall())
+        finally:
+            await connection.close()
+
+    return asyncio.run(explain())
+
+
+@pytest.mark.parametrize(
+    ("shape", "index"),
+    [
+        ("newest first", "ix_activity_company_time"),
+        ("resource_id", "ix_activity_company_resource"),
+        ("author_id + range", "ix_activity_company_author"),
+        ("type + action + range", "ix_activity_company_type_action"),
+        ("action", "ix_activity_company_action"),
+    ],
+)
+def test_a_plan_made_once_for_any_values_reads_the_shapes_own_index(
+    pg: Database, crowded: Any, shape: str, index: str
+) -> None:
+    """Issue 24: the plan PostgreSQL makes once for a shape with an index of its own
+    finds the page's places in that index alone, every condition in the index."""
+    company, author, resource = crowded
+    body = json.loads(
+        json.dumps(SHAPES[shape])
+        .replace('"RESOURCE"', f'"{resource}"')
+        .replace('"AUTHOR"', f'"{author}"')
+    )
+    found, params = activity._shape(company, ActivitySearch.model_validate(body))
+    assert activity._plan_once(found)
+    plan = _generic_plan(pg, activity._as_text(found)[0], params)
+    assert f"Index Only Scan Backward using {index} on activity_entries" in plan, plan
+    assert "Seq Scan on activity_entries" not in plan and "Filter" not in plan, plan
+
+
+def test_loop_reads_of_both_kinds_share_loop_readers_connections(
+    pg: Database, crowded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Searches planned once and searches planned for their values, at once: each kind
+    of connection plans as it says, and both together stay within LOOP_READERS."""
+    company = crowded[0]
+    opened: list[tuple[bool, Any]] = []
+    most: list[int] = [0]  # connections open at once, at most
+    connect = pg.connect_async
+
+    async def counted(**options: Any) -> Any:
+        opened.append((options.get("generic", False), await connect(**options)))
+        most[0] = max(most[0], sum(1 for _, c in opened if not c.closed))
+        return opened[-1][1]
+
+    monkeypatch.setattr(pg, "connect_async", counted)
+    once = ActivitySearch.model_validate({"filter": {"action": "delete"}})
+    planned = ActivitySearch.model_validate({"filter": {"resource_type": "workflow"}})
+
+    async def many() -> tuple[list[bytes], list[tuple[bool, str]]]:
+        try:
+            answers = await asyncio.gather(
+                *(
+                    activity.search_async(pg, company_id=company, query=q)
+                    for _ in range(20)
+                    for q in (once, planned)
+                )
+            )
+            modes = []
+            for generic, connection in opened:
+                if not connection.closed:
+                    found = await (await connection.execute("SHOW plan_cache_mode")).fetchone()
+                    modes.append((generic, found[0]))
+            return answers, modes
+        finally:
+            await pg.close_loop_reads()
+
+    answers, modes = asyncio.run(many())
+    assert len(set(answers[0::2])) == 1 and len(set(answers[1::2])) == 1
+    assert {generic for generic, _ in opened} == {True, False}
+    assert sum(1 for _, c in opened if not c.closed) == 0  # close_loop_reads closed them all
+    assert modes and all(
+        mode == ("force_generic_plan" if generic else "force_custom_plan")
+        for generic, mode in modes
+    )
+    assert 2 <= most[0] <= LOOP_READERS
