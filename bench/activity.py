@@ -53,6 +53,7 @@ from bench.common import (
     request_script,
     run_wrk,
     server_env,
+    token,
 )
 from headwater.activity import chain
 from headwater.activity import service as activity
@@ -226,29 +227,14 @@ def summarise(args: argparse.Namespace, measured: Any) -> None:
     print(f"(e) p95 <= 25 ms: {'met' if page_500.latency_p95_ms <= 25 else 'NOT met'}")
 
 
-def token_for(url: str, credential: dict[str, Any]) -> str:
-    return str(
-        httpx.post(
-            url + "/oauth/token",
-            json={
-                "client_id": credential["client_id"],
-                "client_secret": credential["client_secret"],
-                "audience": "headwater-api",
-            },
-        ).json()["access_token"]
-    )
+def credential_token(url: str, credential: dict[str, Any]) -> str:
+    return token(url, credential["client_id"], credential["client_secret"])
 
 
 def set_up(url: str, database_url: str, args: argparse.Namespace) -> SimpleNamespace:
     """Companies and a credential through the API, the entries and categories by COPY;
     the shapes to measure, drawn from what was loaded."""
-    admin = {
-        "Authorization": "Bearer "
-        + httpx.post(
-            url + "/oauth/token",
-            json={"client_id": OPERATOR, "client_secret": SECRET, "audience": "headwater-api"},
-        ).json()["access_token"]
-    }
+    admin = {"Authorization": "Bearer " + token(url, OPERATOR, SECRET)}
     companies = [
         uuid.UUID(
             httpx.post(
@@ -423,10 +409,10 @@ def main() -> None:
         with production_server(env, args.workers, data_dir=data_dir) as url:
             setup = set_up(url, database_url, args)
             if not args.against:
-                token = token_for(url, setup.credential)
+                access = credential_token(url, setup.credential)
                 for round_number in range(1, args.rounds + 1):
                     measured["this checkout"].append(
-                        measure(url, token, setup.shapes, args.seconds)
+                        measure(url, access, setup.shapes, args.seconds)
                     )
                     print(f"\nround {round_number} of {args.rounds}", end="")
                     summarise(args, measured["this checkout"][-1])
@@ -434,8 +420,8 @@ def main() -> None:
             for round_number in range(1, args.rounds + 1):
                 for name, server in servers.items():
                     with production_server(server, args.workers, data_dir=data_dir) as url:
-                        token = token_for(url, setup.credential)
-                        measured[name].append(measure(url, token, setup.shapes, args.seconds))
+                        access = credential_token(url, setup.credential)
+                        measured[name].append(measure(url, access, setup.shapes, args.seconds))
                     print(f"\nround {round_number} of {args.rounds}, server of {name}", end="")
                     summarise(args, measured[name][-1])
             compare(measured)
