@@ -209,6 +209,21 @@ class CpuSplit:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _stat_fields(text: str) -> list[str]:
+    """The fields of a /proc/PID/stat text after its command name (state, ppid, ...)."""
+    return text.rsplit(")", 1)[1].split()
+
+
+def _stat_cpu(fields: list[str]) -> float:
+    """CPU seconds (user + system) from `_stat_fields`."""
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def process_cpu(pid: int) -> float:
+    """The CPU seconds a running process has used."""
+    return _stat_cpu(_stat_fields(Path(f"/proc/{pid}/stat").read_text()))
+
+
 def cpu_split() -> CpuSplit:
     """The CPU seconds used so far by Headwater, PostgreSQL and this process's children
     (read from /proc; processes that ended since an earlier reading are not counted).
@@ -224,8 +239,8 @@ def cpu_split() -> CpuSplit:
         except OSError:  # the process ended
             continue
         pid = int(stat.parent.name)
-        fields = text.rsplit(")", 1)[1].split()
-        used[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+        fields = _stat_fields(text)
+        used[pid] = _stat_cpu(fields)
         parent[pid] = int(fields[1])
         if text[text.index("(") + 1 : text.rindex(")")] == "postgres":
             kind[pid] = "postgres"

@@ -27,12 +27,11 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.common import RECORD_COPY_COLUMNS, RECORD_COPY_TYPES, bench_database
+from bench.common import RECORD_COPY_COLUMNS, RECORD_COPY_TYPES, bench_database, process_cpu
 from bench.validate import record
 
 COPY_IN = f"COPY records ({RECORD_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
@@ -111,9 +110,7 @@ def main() -> None:
         transaction, now = uuid.uuid4(), datetime.now(UTC)
         with (
             conn.transaction(),
-            conn.cursor().copy(
-                f"COPY records ({RECORD_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
-            ) as copy,
+            conn.cursor().copy(COPY_IN) as copy,
         ):
             copy.set_types(RECORD_COPY_TYPES)
             for text in texts:
@@ -123,9 +120,7 @@ def main() -> None:
         data = copy_block((company, dataset, uuid.uuid4()), datetime.now(UTC), encoded)
         with (
             conn.transaction(),
-            conn.cursor().copy(
-                f"COPY records ({RECORD_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
-            ) as copy,
+            conn.cursor().copy(COPY_IN) as copy,
         ):
             copy.write(data)
 
@@ -139,24 +134,19 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             backend = conn.execute("SELECT pg_backend_pid()").fetchone()
             assert backend is not None
-            stat = Path(f"/proc/{backend[0]}/stat")
-            ticks = os.sysconf("SC_CLK_TCK")
-
-            def server_cpu() -> float:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-                return (int(fields[11]) + int(fields[12])) / ticks
+            pid = backend[0]
 
             wall: dict[str, list[float]] = {name: [] for name in ways}
             client: dict[str, list[float]] = {name: [] for name in ways}
             server: dict[str, float] = dict.fromkeys(ways, 0.0)
             for _ in range(args.batches):
                 for name, write in ways.items():
-                    before = server_cpu()
+                    before = process_cpu(pid)
                     began, cpu = time.perf_counter(), time.process_time()
                     write(conn)
                     wall[name].append(time.perf_counter() - began)
                     client[name].append(time.process_time() - cpu)
-                    server[name] += server_cpu() - before
+                    server[name] += process_cpu(pid) - before
             stored = conn.execute("SELECT count(*) FROM records").fetchone()
             # every way stored each text as it was given
             same = conn.execute(
