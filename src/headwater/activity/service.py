@@ -6,9 +6,9 @@ import functools
 import uuid
 from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Row, Select, Uuid, bindparam, select
+from sqlalchemy import Row, Select, Table, Uuid, bindparam, select
 from sqlalchemy.orm import Session
 
 from headwater.activity import chain
@@ -248,7 +248,9 @@ def search(session: Session, *, company_id: uuid.UUID, query: ActivitySearch) ->
 # are planned for their values.
 _OWN_INDEX = frozenset(
     frozenset(columns[1:-2])
-    for columns in ([c.name for c in index.columns] for index in ActivityEntry.__table__.indexes)
+    for columns in (
+        [c.name for c in index.columns] for index in cast(Table, ActivityEntry.__table__).indexes
+    )
     if columns[0] == "company_id" and columns[-2:] == ["timestamp", "seq"]
 )
 
