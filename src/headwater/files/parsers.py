@@ -18,6 +18,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import compress, repeat
 from typing import Any, BinaryIO, cast
 
 import orjson
@@ -62,6 +63,18 @@ class Row:
     raw: str | None = None
 
 
+@dataclass(slots=True)
+class Table:
+    """Consecutive CSV rows, each with as many fields as the header and no U+0000:
+    `rows[i]` (its fields, under `header`) starts at line `lines[i]`. A run of good
+    rows comes as one `Table` rather than a `Row` each, so that its fields can be
+    normalised a column at a time (`Normaliser.table`)."""
+
+    header: list[str]
+    lines: list[int]
+    rows: list[list[str]]
+
+
 class FileUnreadable(Exception):
     """The file cannot be read on from `line`: nothing of it is stored."""
 
@@ -81,8 +94,9 @@ def rows(
     max_depth: int,
     compressed_size: int,
     max_expanded: int,
-) -> Iterator[Row]:
-    """The rows of a file of `content_type`; gzip is recognised by its magic number and
+) -> Iterator[Row | Table]:
+    """The rows of a file of `content_type` (a CSV file's good rows come in `Table`s);
+    gzip is recognised by its magic number and
     expanded to at most `max_expanded` bytes and `MAX_EXPANSION_RATIO` times
     `compressed_size` (past either, `FileUnreadable`)."""
     buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(Any, stream))
@@ -122,7 +136,7 @@ class _Bounded(io.RawIOBase):
         return count
 
 
-def _gunzipped(parsed: Iterator[Row]) -> Iterator[Row]:
+def _gunzipped(parsed: Iterator[Row | Table]) -> Iterator[Row | Table]:
     try:
         yield from parsed
     except (gzip.BadGzipFile, EOFError, OSError, zlib.error) as exc:
@@ -155,12 +169,21 @@ class _Lines:
     `line` is the number of the last line given; `row_start` that of the last line given
     that began outside quotes (where a CSV row begins). `nul` turns true once a byte
     read holds U+0000: until then no line given can hold one.
+
+    With `blocks`, where the rest of what is read holds no quote and no carriage return
+    but before a newline, all of its whole lines are given at once, as one piece (then
+    `block` is true, and `row_start` is the block's first line): every line of it is a
+    row of its own, and CSV's fields are the text between commas.
     """
 
-    def __init__(self, stream: BinaryIO, blank: re.Pattern[bytes], *, quoted: bool) -> None:
+    def __init__(
+        self, stream: BinaryIO, blank: re.Pattern[bytes], *, quoted: bool, blocks: bool = False
+    ) -> None:
         self.stream = stream
         self.blank = blank
         self.quoted = quoted
+        self.blocks = blocks
+        self.block = False
         self.line = 0
         self.row_start = 0
         self.nul = False
@@ -177,6 +200,17 @@ class _Lines:
                 if skipped is not None and skipped.end() > pos:
                     self.line += buffer.count(b"\n", pos, skipped.end())
                     pos = skipped.end()
+            if self.blocks and not inside:
+                last = buffer.rfind(b"\n", pos)
+                if last > pos and _plain_block(buffer, pos, last):
+                    raw = buffer[pos : last + 1]
+                    pos = last + 1
+                    self.row_start = self.line + 1
+                    self.line += raw.count(b"\n")
+                    self.block = True
+                    yield raw
+                    self.block = False
+                    continue
             end = buffer.find(b"\n", pos)
             if end < 0:
                 if len(buffer) - pos > MAX_RECORD_BYTES:
@@ -203,6 +237,18 @@ class _Lines:
             yield raw
 
 
+BLOCK_BYTES = 4096  # the fewest bytes worth taking as a block
+
+
+def _plain_block(buffer: bytes, start: int, last: int) -> bool:
+    """Whether `buffer[start:last]` is worth taking as a block (`BLOCK_BYTES` or more)
+    and holds no quote and no carriage return but before a newline."""
+    if last - start < BLOCK_BYTES or buffer.find(b'"', start, last) >= 0:
+        return False
+    returns = buffer.count(b"\r", start, last)
+    return not returns or returns == buffer.count(b"\r\n", start, last + 1)
+
+
 _CSV_BLANK = re.compile(rb"(?:\r?\n)*")
 _NDJSON_BLANK = re.compile(rb"(?:[ \t\r]*\n)*")
 
@@ -216,40 +262,132 @@ def _decoded(lines: _Lines) -> Iterator[str]:
             raise FileUnreadable(lines.line, "the file is not valid UTF-8") from None
 
 
-def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row]:
-    lines = _Lines(stream, _CSV_BLANK, quoted=True)
-    reader = csv.reader(_decoded(lines), strict=True)
-    try:
+class _Feed:
+    """The lines the CSV reader reads: the line put, then (a quoted field going on)
+    the next lines of the file, decoded."""
+
+    def __init__(self, lines: _Lines, rest: Iterator[bytes]) -> None:
+        self.lines = lines
+        self.rest = rest
+        self.next: bytes | None = None
+
+    def __iter__(self) -> _Feed:
+        return self
+
+    def __next__(self) -> str:
+        raw, self.next = self.next, None
+        if raw is None:
+            raw = next(self.rest)
         try:
-            names = next(reader)
-        except StopIteration:
-            why = "the file holds only blank lines" if lines.line else "the file is empty"
-            raise FileUnreadable(1, why + ": a CSV file starts with its header row") from None
-        header = _header(names)
-        width = len(header)
-        produced = False
-        for fields in reader:
-            line = lines.row_start
-            if len(fields) == width:
-                produced = True
-                # one C-speed look a chunk read, not one a field
-                if lines.nul and any("\x00" in field for field in fields):
-                    yield Row(line, None, "characters", NUL_MESSAGE, orjson.dumps(fields).decode())
-                    continue
-                yield Row(line, dict(zip(header, fields, strict=False)))  # widths checked
-            elif fields:  # csv yields [] for a blank line
-                produced = True
-                yield Row(
-                    line,
-                    None,
-                    "columns",
-                    f"the row has {len(fields)} fields; the header has {width}",
-                    orjson.dumps(fields).decode(),
-                )
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise FileUnreadable(self.lines.line, "the file is not valid UTF-8") from None
+
+
+def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row | Table]:
+    lines = _Lines(stream, _CSV_BLANK, quoted=True)
+    rest = iter(lines)
+    feed = _Feed(lines, rest)
+    reader = csv.reader(feed, strict=True)
+    try:
+        names = next(reader)
+    except StopIteration:
+        why = "the file holds only blank lines" if lines.line else "the file is empty"
+        raise FileUnreadable(1, why + ": a CSV file starts with its header row") from None
     except csv.Error as exc:
         raise FileUnreadable(lines.line, f"CSV: {exc}") from None
+    header = _header(names)
+    lines.blocks = True
+    pending = Table(header, [], [])
+    produced = False
+    try:
+        for raw in rest:
+            if lines.block:
+                if pending.rows:
+                    yield pending
+                    pending = Table(header, [], [])
+                for item in _block(raw, lines.row_start, header):
+                    produced = True
+                    yield item
+                continue
+            feed.next = raw
+            fields = next(reader, None)
+            if not fields:  # csv yields [] for a blank line
+                continue
+            produced = True
+            problem = _problem(fields, lines.row_start, header, nul=lines.nul)
+            if problem is None:
+                pending.lines.append(lines.row_start)
+                pending.rows.append(fields)
+                if len(pending.rows) < TABLE_ROWS:
+                    continue
+            if pending.rows:
+                yield pending
+                pending = Table(header, [], [])
+            if problem is not None:
+                yield problem
+    except (csv.Error, FileUnreadable) as exc:
+        if pending.rows:  # the rows before the problem are read, as they were
+            yield pending
+        if isinstance(exc, csv.Error):
+            raise FileUnreadable(lines.line, f"CSV: {exc}") from None
+        raise
+    if pending.rows:
+        yield pending
     if not produced:
         raise FileUnreadable(lines.line + 1, NO_RECORDS)
+
+
+TABLE_ROWS = 1000  # rows of a `Table` read line by line (a block's are as many as it has)
+
+
+def _problem(fields: list[str], line: int, header: list[str], *, nul: bool) -> Row | None:
+    """Why a CSV row is not a record (a `Row` saying it), or None if it is one."""
+    if len(fields) != len(header):
+        message = f"the row has {len(fields)} fields; the header has {len(header)}"
+        return Row(line, None, "columns", message, orjson.dumps(fields).decode())
+    if nul and any("\x00" in field for field in fields):
+        return Row(line, None, "characters", NUL_MESSAGE, orjson.dumps(fields).decode())
+    return None
+
+
+def _block(raw: bytes, first: int, header: list[str]) -> Iterator[Row | Table]:
+    """The rows of a block of whole lines without quotes (`_Lines` with `blocks`):
+    each line split at its commas, as the CSV reader would; blank lines skipped. The
+    rows before a line that is not UTF-8 come first, then `FileUnreadable`."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        valid = raw.rfind(b"\n", 0, exc.start) + 1
+        yield from _block(raw[:valid], first, header) if valid else ()
+        line = first + raw.count(b"\n", 0, valid)
+        raise FileUnreadable(line, "the file is not valid UTF-8") from None
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    parts = text.split("\n")
+    parts.pop()  # after the last newline
+    lines = list(range(first, first + len(parts)))
+    if "" in parts:
+        lines = list(compress(lines, parts))
+        parts = list(filter(None, parts))
+    rows = list(map(str.split, parts, repeat(",")))
+    width = len(header)
+    if "\x00" not in text and all(map(width.__eq__, map(len, rows))):
+        yield Table(header, lines, rows)
+        return
+    good = Table(header, [], [])
+    for line, fields in zip(lines, rows, strict=True):
+        problem = _problem(fields, line, header, nul=True)
+        if problem is None:
+            good.lines.append(line)
+            good.rows.append(fields)
+            continue
+        if good.rows:
+            yield good
+            good = Table(header, [], [])
+        yield problem
+    if good.rows:
+        yield good
 
 
 NUL_MESSAGE = "a string holds a NUL (U+0000) character, which cannot be stored"

@@ -203,17 +203,24 @@ class Interrupted(Exception):
 
 
 def _watched(
-    rows: Iterator[parsers.Row], *, stop: threading.Event | None, progress: _Progress
-) -> Iterator[parsers.Row]:
-    """`rows`; every 1,000 of them, raise `Interrupted` if the process is stopping, and
-    let `progress` write how far the file has got."""
-    for count, row in enumerate(rows):
-        if not count % 1000:
+    items: Iterator[parsers.Row | parsers.Table],
+    *,
+    stop: threading.Event | None,
+    progress: _Progress,
+) -> Iterator[parsers.Row | parsers.Table]:
+    """`items`; every 1,000 rows or so, raise `Interrupted` if the process is stopping,
+    and let `progress` write how far the file has got."""
+    count = 0
+    check = 0
+    for item in items:
+        if count >= check:
             if stop is not None and stop.is_set():
                 raise Interrupted()
             if count:
                 progress.reached(count)
-        yield row
+            check = count + 1000
+        count += len(item.rows) if type(item) is parsers.Table else 1
+        yield item
 
 
 def run_job(
@@ -292,6 +299,10 @@ class _File:
         self.target = target
         self.batch_rows = batch_rows
         self.tally = Tally()
+        # the file's state while its rows are read (`_rows`)
+        self.records: list[dict[str, Any]] = []  # valid, not yet handed to the writer
+        self.held: list[dict[str, Any]] = []  # quarantined, not yet handed to the writer
+        self.rejecting = False  # a row was refused and the dataset does not quarantine
 
     def process(self, rows: Any) -> ingestion.Status:
         """Store every valid row (in batches) and handle the invalid ones by the dataset's
@@ -325,56 +336,106 @@ class _File:
             savepoint.commit()
         return outcome
 
-    def _rows(self, rows: Any, writer: _Writer) -> ingestion.Status:
-        target = self.target
-        check = target.check
-        normalise, is_valid = check.normaliser, check.validator.is_valid
-        batch_rows, tally = self.batch_rows, self.tally
-        records: list[dict[str, Any]] = []
-        held: list[dict[str, Any]] = []
-        rejecting = False
-        index = -1
-        for index, row in enumerate(rows):
-            tally.received = index + 1
-            data = row.data
-            if data is not None:
-                cleaned = normalise(data)
-                if is_valid(cleaned):
-                    if not rejecting:
-                        records.append(cleaned)
-                        if len(records) >= batch_rows:
-                            tally.accepted += len(records)
-                            writer.put((records, []))
-                            records = []
+    def _rows(self, items: Any, writer: _Writer) -> ingestion.Status:
+        """Each row checked (a `Table`'s together: normalised a column at a time and
+        validated in one call), the valid ones batched to `writer`, the invalid ones
+        counted and (by the dataset's policy) held or the file rejected."""
+        check = self.target.check
+        table, normalise, batch = check.normaliser.table, check.normaliser, check.batch
+        is_valid = check.validator.is_valid
+        tally = self.tally
+        self.records, self.held, self.rejecting = [], [], False
+        for item in items:
+            first = tally.received
+            if type(item) is parsers.Table:
+                tally.received += len(item.rows)
+                cleaned = table(item.header, item.rows)
+                if batch is not None and batch.is_valid(cleaned):
+                    self._keep(cleaned, writer)
                     continue
-                errors = list(validation.errors_of(check.validator, cleaned))
+                header = item.header
+                for offset, (line, fields, record) in enumerate(
+                    zip(item.lines, item.rows, cleaned, strict=True)
+                ):
+                    if is_valid(record):
+                        self._keep([record], writer)
+                    else:
+                        data = dict(zip(header, fields, strict=True))
+                        self._invalid(first + offset, line, data, None, record, writer)
+                continue
+            tally.received += 1
+            data = item.data
+            if data is None:
+                errors = [{"path": "", "keyword": item.keyword, "message": item.message}]
+                self._refuse(first, item.line, None, item.raw, errors, writer)
+                continue
+            record = normalise(data)
+            if is_valid(record):
+                self._keep([record], writer)
             else:
-                errors = [{"path": "", "keyword": row.keyword, "message": row.message}]
-            tally.invalid(index, row.line, errors)
-            if target.quarantine:
-                held.append(
-                    {
-                        "company_id": target.company_id,
-                        "dataset_pk": target.dataset_pk,
-                        "transaction_id": target.transaction_id,
-                        "line": row.line,
-                        "record": index,
-                        "data": data,
-                        "raw": row.raw,
-                        "errors": errors[:MAX_ROW_ERRORS],
-                    }
-                )
-                if len(held) >= batch_rows:
-                    writer.put(([], held))
-                    held = []
-            elif not rejecting:
-                rejecting = True
-                records = []
-        if rejecting:
+                self._invalid(first, item.line, data, item.raw, record, writer)
+        if self.rejecting:
             return ingestion.Status.REJECTED
-        tally.accepted += len(records)
-        writer.put((records, held))
+        tally.accepted += len(self.records)
+        writer.put((self.records, self.held))
         return ingestion.Status.COMPLETED
+
+    def _keep(self, records: list[dict[str, Any]], writer: _Writer) -> None:
+        """Valid records, stored in batches of `batch_rows` or more (none once the file
+        is being rejected)."""
+        if self.rejecting:
+            return
+        self.records.extend(records)
+        if len(self.records) >= self.batch_rows:
+            self.tally.accepted += len(self.records)
+            writer.put((self.records, []))
+            self.records = []
+
+    def _invalid(
+        self,
+        index: int,
+        line: int,
+        data: dict[str, Any],
+        raw: str | None,
+        record: dict[str, Any],
+        writer: _Writer,
+    ) -> None:
+        """A record its schema refuses (`record`, normalised from `data`)."""
+        errors = list(validation.errors_of(self.target.check.validator, record))
+        self._refuse(index, line, data, raw, errors, writer)
+
+    def _refuse(
+        self,
+        index: int,
+        line: int,
+        data: dict[str, Any] | None,
+        raw: str | None,
+        errors: list[dict[str, Any]],
+        writer: _Writer,
+    ) -> None:
+        """A row that is not stored: counted, and held in quarantine or the file
+        rejected, by the dataset's policy."""
+        self.tally.invalid(index, line, errors)
+        target = self.target
+        if not target.quarantine:
+            self.rejecting = True
+            self.records = []
+            return
+        self.held.append(
+            {
+                "company_id": target.company_id,
+                "dataset_pk": target.dataset_pk,
+                "transaction_id": target.transaction_id,
+                "line": line,
+                "record": index,
+                "data": data,
+                "raw": raw,
+                "errors": errors[:MAX_ROW_ERRORS],
+            }
+        )
+        if len(self.held) >= self.batch_rows:
+            writer.put(([], self.held))
+            self.held = []
 
     def _write(self, batch: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
         records, held = batch
