@@ -187,6 +187,39 @@ def test_add_appends_records_to_an_open_transaction(
     assert page["total_entries"] == 4  # the set-up's push and three added
 
 
+AWKWARD_TEXTS = [
+    "back\\slash",
+    "\\.",
+    "\\N",
+    "tab\tnew\nline\rreturn",
+    'quote " and \\" escaped',
+    "\u00e9\u4e2d\U0001f600",
+    "",
+]
+
+
+def test_add_stores_every_text_as_it_is_given(
+    data_tenant: DataTenant, sink: sinks.RecordSink
+) -> None:
+    """Backslashes, `\\.` and `\\N`, control characters, quotes and characters outside
+    ASCII come back as they went in, with each record's own id, from several batches
+    of one call."""
+    dataset_pk = _dataset_pk(data_tenant)
+    transaction = _transaction(data_tenant, dataset_pk, Status.PROCESSING)
+    records = [{"order_id": f"C-{i}", "note": text} for i, text in enumerate(AWKWARD_TEXTS)]
+    with _db(data_tenant).begin() as connection:
+        lifecycle.begin(connection, transaction)
+        sink.add(connection, [_batch(transaction, records[:3]), _batch(transaction, records[3:])])
+    stored = data_tenant.records(transaction_id=str(transaction["id"]))
+    assert [r["data"] for r in stored] == records
+    ids = [r["record_id"] for r in stored]
+    assert len(set(ids)) == len(records)
+    assert all(uuid.UUID(record_id).version == 4 for record_id in ids)
+    assert {r["ingested_at"] for r in stored} == {
+        transaction["created_at"].isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    }
+
+
 def test_write_group_on_the_event_loop(data_tenant: DataTenant, sink: sinks.RecordSink) -> None:
     """PostgreSQL's sink reads the targets and stores a group on an asyncio connection;
     the portable sink leaves every group to the thread path (None)."""
