@@ -347,6 +347,7 @@ def run_worker() -> None:
     import asyncio
 
     from headwater import worker
+    from headwater.kit import memory
     from headwater.runtime import build_runtime, start
 
     settings = get_settings()
@@ -364,7 +365,8 @@ def run_worker() -> None:
         await worker.stop_jobs(runtime, stop, tasks)
         await runtime.close()
 
-    asyncio.run(run())
+    with memory.collecting_less():
+        asyncio.run(run())
 
 
 @db_app.command("upgrade")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -26,6 +25,7 @@ from headwater.identity import token_router
 from headwater.identity.errors import OAuthError
 from headwater.inbox import router as inbox_router
 from headwater.ingestion import router as ingestion_router
+from headwater.kit import memory
 from headwater.ops import router as ops_router
 from headwater.ops.logs import configure_logging
 from headwater.ops.middleware import BodyLimitMiddleware, ObservabilityMiddleware
@@ -48,10 +48,6 @@ async def _oauth_error(_request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-# new container objects between two young-generation collections (Python's default: 700)
-GC_YOUNG_THRESHOLD = 20_000
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     configure_logging(level=settings.log_level, json=settings.log_json)
@@ -61,28 +57,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runtime = build_runtime(settings)
         app.state.runtime = runtime
         await run_in_threadpool(start, runtime)
-        # Everything loaded so far (modules, models, routes, compiled statements: some
-        # 150,000 objects) lives as long as the process. Frozen, the collector no longer
-        # walks it: a full collection took 65 ms, a pause of every request in flight.
-        default_threshold = gc.get_threshold()
-        gc.collect()
-        gc.freeze()
-        # A 500-record push makes thousands of dicts and lists that reference counting
-        # frees; at the default of 700 new containers per collection, each is walked by
-        # several young collections while its request runs (a tenth of the API's CPU in a
-        # profile of batch pushes). Cycles are still collected, less often.
-        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-        stop = asyncio.Event()
-        tasks = [asyncio.create_task(worker.refresh_revocations_forever(runtime, stop))]
-        if settings.worker_enabled:
-            tasks += worker.start_jobs(runtime, stop, file_workers=settings.file_workers)
-        try:
-            yield
-        finally:
-            await worker.stop_jobs(runtime, stop, tasks)
-            await runtime.close()
-            gc.unfreeze()  # what was frozen may be collected again (tests start many apps)
-            gc.set_threshold(*default_threshold)
+        with memory.collecting_less():
+            stop = asyncio.Event()
+            tasks = [asyncio.create_task(worker.refresh_revocations_forever(runtime, stop))]
+            if settings.worker_enabled:
+                tasks += worker.start_jobs(runtime, stop, file_workers=settings.file_workers)
+            try:
+                yield
+            finally:
+                await worker.stop_jobs(runtime, stop, tasks)
+                await runtime.close()
 
     app = FastAPI(
         title="Headwater API",

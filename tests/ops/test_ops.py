@@ -7,7 +7,8 @@ import gc
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
-from headwater.main import GC_YOUNG_THRESHOLD, create_app
+from headwater.kit.memory import YOUNG_COLLECTION
+from headwater.main import create_app
 from tests.factories import auth
 
 
@@ -135,7 +136,7 @@ def test_a_running_app_collects_young_objects_less_often_then_restores_the_defau
     before = gc.get_threshold()
     with TestClient(create_app(settings)) as client:
         assert client.get("/healthz").status_code == 200
-        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
+        assert gc.get_threshold() == (YOUNG_COLLECTION, *before[1:])
         assert gc.get_freeze_count() > 0  # what start-up loaded is not walked
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0

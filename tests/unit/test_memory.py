@@ -1,0 +1,38 @@
+"""The collector settings a started process runs with (`kit.memory.collecting_less`),
+used by the API's lifespan and by `headwater worker`."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from headwater.kit import memory
+
+
+def test_collecting_less_freezes_and_raises_the_young_threshold_then_restores() -> None:
+    before = gc.get_threshold()
+    with memory.collecting_less():
+        assert gc.get_threshold() == (memory.YOUNG_COLLECTION, *before[1:])
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_collecting_less_restores_the_defaults_when_the_process_fails() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), memory.collecting_less():
+        raise RuntimeError("the worker stopped")
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_cycle_made_while_collecting_less_is_still_collected() -> None:
+    class Node:
+        other: Node
+
+    with memory.collecting_less():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        del a, b  # only the cycle holds them now
+        assert gc.collect() >= 2  # the pair found and freed
