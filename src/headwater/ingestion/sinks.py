@@ -210,8 +210,16 @@ ORDER BY n
 # batch are `_UNNEST`'s; those of several come with the id of the transaction each
 # belongs to (a binary uuid[]), whose row gives their other columns (a join, and a sort
 # to keep their order).
-_STORE_HEAD = """
-WITH new_transactions AS (
+_WITH_COUNTED = """
+WITH counted AS (
+    INSERT INTO dataset_record_counts (dataset_pk, shard, records)
+    SELECT dataset_pk, shard, records
+    FROM json_to_recordset(%(counts)s::json) AS c(dataset_pk uuid, shard smallint, records bigint)
+    ORDER BY dataset_pk
+    ON CONFLICT (dataset_pk, shard)
+    DO UPDATE SET records = dataset_record_counts.records + excluded.records
+)"""
+_NEW_TRANSACTIONS = """, new_transactions AS (
     INSERT INTO transactions
     SELECT * FROM json_populate_recordset(NULL::transactions, %(transactions)s::json)
     RETURNING id, company_id, dataset_pk, schema_version, created_at, status, completed_at
@@ -219,15 +227,11 @@ WITH new_transactions AS (
     INSERT INTO events (id, type, company_id, created_at, transaction_id)
     SELECT gen_random_uuid(), 'transaction.' || status, company_id, completed_at, id
     FROM new_transactions
-), counted AS (
-    INSERT INTO dataset_record_counts (dataset_pk, shard, records)
-    SELECT dataset_pk, shard, records
-    FROM json_to_recordset(%(counts)s::json) AS c(dataset_pk uuid, shard smallint, records bigint)
-    ORDER BY dataset_pk
-    ON CONFLICT (dataset_pk, shard)
-    DO UPDATE SET records = dataset_record_counts.records + excluded.records
 )
 """
+_STORE_HEAD = _WITH_COUNTED + _NEW_TRANSACTIONS
+# A file's batch and what it adds to the counts, in one statement (`add`).
+_ADD_COUNTED = _WITH_COUNTED + _UNNEST
 _STORE_ONE = _STORE_HEAD + _UNNEST
 _STORE = (
     _STORE_HEAD
@@ -285,12 +289,15 @@ class PostgresSink:
         driver_execute(connection, *_store_statement(transactions, batches))
 
     def add(self, connection: Connection, batches: Sequence[RecordBatch]) -> None:
+        """One statement a batch, the first adding to the counts too (one round trip
+        a batch: a file's are added one after another)."""
         batches = [batch for batch in batches if batch.records]
         if not batches:
             return
-        _add_counts(connection, batches)
-        for batch in batches:
-            connection.exec_driver_sql(_UNNEST, _batch_params(batch))
+        counts = {"counts": orjson.dumps(_counts(batches)).decode()}
+        driver_execute(connection, _ADD_COUNTED, counts | _batch_params(batches[0]))
+        for batch in batches[1:]:
+            driver_execute(connection, _UNNEST, _batch_params(batch))
 
     async def store_async(
         self,
