@@ -370,10 +370,12 @@ class _File:
                 self._refuse(first, item.line, None, item.raw, errors, writer)
                 continue
             record = normalise(data)
-            if is_valid(record):
-                self._keep([record], writer)
-            else:
+            if not is_valid(record):
                 self._invalid(first, item.line, data, item.raw, record, writer)
+            elif not self.rejecting:
+                self.records.append(record)
+                if len(self.records) >= self.batch_rows:
+                    self._flush(writer)
         if self.rejecting:
             return ingestion.Status.REJECTED
         tally.accepted += len(self.records)
@@ -387,9 +389,13 @@ class _File:
             return
         self.records.extend(records)
         if len(self.records) >= self.batch_rows:
-            self.tally.accepted += len(self.records)
-            writer.put((self.records, []))
-            self.records = []
+            self._flush(writer)
+
+    def _flush(self, writer: _Writer) -> None:
+        """Hand the valid records read so far to the writer."""
+        self.tally.accepted += len(self.records)
+        writer.put((self.records, []))
+        self.records = []
 
     def _invalid(
         self,
