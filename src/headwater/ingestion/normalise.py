@@ -194,18 +194,19 @@ def _edge_space(text: bytes) -> bool:
     escapes): where some string starts or ends with one.
 
     `in` tests for the two pairs cost 0.7 ms over a 500-record batch (quotes are
-    everywhere, so the search can seldom skip ahead); looking at each space's neighbours
-    costs 0.27 ms where spaces are few. Where they are many, the `in` tests are cheaper.
+    everywhere, so the search can seldom skip ahead); a regex that jumps from space to
+    space and looks at its neighbours costs 0.13 ms where spaces are few (a loop of
+    `find` in Python cost 0.31). Where they are many, the `in` tests are cheaper.
     """
-    if text.count(b" ") > len(text) >> 6:
+    if text.count(b" ", 0, _SAMPLE) > min(len(text), _SAMPLE) >> 6:  # dense, by a sample
         return b'" ' in text or b' "' in text
-    find = text.find
-    at = find(b" ")
-    while at >= 0:
-        if (at and text[at - 1] == 0x22) or text[at + 1 : at + 2] == b'"':
-            return True
-        at = find(b" ", at + 1)
-    return False
+    return _SPACE_BY_QUOTE.search(text) is not None
+
+
+_SAMPLE = 1 << 16
+
+
+_SPACE_BY_QUOTE = re.compile(rb' (?<=" )| (?=")')
 
 
 class Normaliser:
