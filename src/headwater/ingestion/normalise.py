@@ -321,7 +321,7 @@ class Normaliser:
         """`_canonical_dates` of every record: a column at a time (C-speed steps) where
         each record holds each date-time as a string, record by record otherwise."""
         for name in self.dates:
-            values = list(map(dict.get, records, repeat(name)))
+            values: list[Any] = list(map(dict.get, records, repeat(name)))
             if set(map(type, values)) != {str}:
                 return all(map(self._canonical_dates, records))
             if not all(map(_CANONICAL_UTC.fullmatch, values)):
