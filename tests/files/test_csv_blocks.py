@@ -5,6 +5,7 @@ the same point where an unreadable file stops."""
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,18 +15,18 @@ from hypothesis import strategies as st
 from headwater.files import parsers
 
 
+def parse(body: bytes) -> Iterator[parsers.Row | parsers.Table]:
+    return parsers.rows(
+        io.BytesIO(body), "text/csv", max_depth=32, compressed_size=len(body), max_expanded=2**40
+    )
+
+
 def read(body: bytes) -> list[Any]:
     """Every row as (line, data, keyword, message, raw), a `Table`'s rows as the `Row`s
     they stand for, then the `FileUnreadable` that ended the file, if one did."""
     out: list[Any] = []
     try:
-        for item in parsers.rows(
-            io.BytesIO(body),
-            "text/csv",
-            max_depth=32,
-            compressed_size=len(body),
-            max_expanded=2**40,
-        ):
+        for item in parse(body):
             if isinstance(item, parsers.Table):
                 assert len(item.lines) == len(item.rows) > 0
                 out.extend(
@@ -93,15 +94,7 @@ def test_a_large_unquoted_file_comes_in_blocks_with_its_lines() -> None:
     rows[5000] = ""  # a blank line: skipped, and the lines after it keep their numbers
     rows[12_000] = "short,row"
     body = ("id,name,n\r\n" + "\r\n".join(rows) + "\r\n").encode()
-    items = list(
-        parsers.rows(
-            io.BytesIO(body),
-            "text/csv",
-            max_depth=32,
-            compressed_size=len(body),
-            max_expanded=2**40,
-        )
-    )
+    items = list(parse(body))
     tables = [item for item in items if isinstance(item, parsers.Table)]
     assert max(len(table.rows) for table in tables) > parsers.TABLE_ROWS  # whole blocks
     lines = {fields[0]: line for t in tables for line, fields in zip(t.lines, t.rows, strict=True)}
@@ -114,15 +107,7 @@ def test_a_large_unquoted_file_comes_in_blocks_with_its_lines() -> None:
 
 def test_rows_read_line_by_line_come_in_tables_of_at_most_table_rows() -> None:
     body = ("id,name\n" + "".join(f'{i},"name {i}"\n' for i in range(2500))).encode()
-    items = list(
-        parsers.rows(
-            io.BytesIO(body),
-            "text/csv",
-            max_depth=32,
-            compressed_size=len(body),
-            max_expanded=2**40,
-        )
-    )
+    items = list(parse(body))
     assert [len(item.rows) for item in items] == [1000, 1000, 500]  # type: ignore[union-attr]
     assert items[2].lines[-1] == 2501  # type: ignore[union-attr]
 

@@ -1,10 +1,11 @@
 """Streaming parsers for uploaded files: CSV, JSON and NDJSON, each optionally gzipped.
 
-Every parser reads its stream in bounded pieces and yields one `Row` at a time, so
-memory does not grow with the file. A row that cannot become a record (a ragged CSV
-row, an NDJSON line that is not strict JSON, an array item that is not an object)
-yields a `Row` with its error; a problem that makes the rest of the file unreadable
-(a bad header, invalid UTF-8, truncated JSON, an empty file) raises `FileUnreadable`.
+Every parser reads its stream in bounded pieces and yields one `Row` at a time (CSV:
+a `Table` of many good rows at a time, at most a read's worth), so memory does not grow
+with the file. A row that cannot become a record (a ragged CSV row, an NDJSON line that
+is not strict JSON, an array item that is not an object) yields a `Row` with its error;
+a problem that makes the rest of the file unreadable (a bad header, invalid UTF-8,
+truncated JSON, an empty file) raises `FileUnreadable`.
 """
 
 from __future__ import annotations
@@ -96,9 +97,8 @@ def rows(
     max_expanded: int,
 ) -> Iterator[Row | Table]:
     """The rows of a file of `content_type` (a CSV file's good rows come in `Table`s);
-    gzip is recognised by its magic number and
-    expanded to at most `max_expanded` bytes and `MAX_EXPANSION_RATIO` times
-    `compressed_size` (past either, `FileUnreadable`)."""
+    gzip is recognised by its magic number and expanded to at most `max_expanded` bytes
+    and `MAX_EXPANSION_RATIO` times `compressed_size` (past either, `FileUnreadable`)."""
     buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(Any, stream))
     parse = _PARSERS[content_type]
     if buffered.peek(2)[:2] == GZIP_MAGIC:
@@ -253,18 +253,10 @@ _CSV_BLANK = re.compile(rb"(?:\r?\n)*")
 _NDJSON_BLANK = re.compile(rb"(?:[ \t\r]*\n)*")
 
 
-def _decoded(lines: _Lines) -> Iterator[str]:
-    """Each line decoded on its own, so an encoding error names its line."""
-    for raw in lines:
-        try:
-            yield raw.decode()
-        except UnicodeDecodeError:
-            raise FileUnreadable(lines.line, "the file is not valid UTF-8") from None
-
-
 class _Feed:
     """The lines the CSV reader reads: the line put, then (a quoted field going on)
-    the next lines of the file, decoded."""
+    the next lines of the file; each decoded on its own, so that an encoding error
+    names its line."""
 
     def __init__(self, lines: _Lines, rest: Iterator[bytes]) -> None:
         self.lines = lines
