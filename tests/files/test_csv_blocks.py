@@ -96,7 +96,7 @@ def test_a_large_unquoted_file_comes_in_blocks_with_its_lines() -> None:
     body = ("id,name,n\r\n" + "\r\n".join(rows) + "\r\n").encode()
     items = list(parse(body))
     tables = [item for item in items if isinstance(item, parsers.Table)]
-    assert max(len(table.rows) for table in tables) > parsers.TABLE_ROWS  # whole blocks
+    assert max(len(table.rows) for table in tables) == parsers.TABLE_ROWS
     lines = {fields[0]: line for t in tables for line, fields in zip(t.lines, t.rows, strict=True)}
     assert len(lines) == 20_000 - 2
     assert lines["0"] == 2 and lines["4999"] == 5001 and lines["5001"] == 5003
@@ -119,3 +119,23 @@ def test_rows_before_a_line_that_is_not_utf8_are_read_first(chunk: int) -> None:
     assert blocks == line_by_line(body)
     assert len(blocks) == 101
     assert blocks[-1] == ("unreadable", 102, "the file is not valid UTF-8")
+
+
+def test_a_block_of_very_short_lines_comes_in_tables_of_at_most_table_rows() -> None:
+    """1 MiB of two-byte lines is one read: its rows are not all in memory at once."""
+    body = b"a\n" + b"x\n" * (1 << 19)
+    sizes = [len(item.rows) for item in parse(body)]  # type: ignore[union-attr]
+    assert sum(sizes) == 1 << 19
+    assert max(sizes) == parsers.TABLE_ROWS
+
+
+@pytest.mark.parametrize("problem", [b"x,y\n", b"\x00\n"])
+def test_a_block_with_problem_rows_keeps_its_tables_to_table_rows(problem: bytes) -> None:
+    body = b"a\n" + b"x\n" * 3000 + problem + b"x\n" * 3000
+    items = list(parse(body))
+    assert [len(i.rows) if isinstance(i, parsers.Table) else 0 for i in items] == [
+        *[1000] * 3,
+        0,
+        *[1000] * 3,
+    ]
+    assert items[3].line == 3002  # type: ignore[union-attr]

@@ -201,7 +201,7 @@ class _Lines:
                     self.line += buffer.count(b"\n", pos, skipped.end())
                     pos = skipped.end()
             if self.blocks and not inside:
-                last = buffer.rfind(b"\n", pos)
+                last = buffer.rfind(b"\n", pos, pos + BLOCK_MAX)
                 if last > pos and _plain_block(buffer, pos, last):
                     raw = buffer[pos : last + 1]
                     pos = last + 1
@@ -238,6 +238,7 @@ class _Lines:
 
 
 BLOCK_BYTES = 4096  # the fewest bytes worth taking as a block
+BLOCK_MAX = 256 * 1024  # the most: a block's rows are in memory together
 
 
 def _plain_block(buffer: bytes, start: int, last: int) -> bool:
@@ -330,7 +331,7 @@ def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row | Table]:
         raise FileUnreadable(lines.line + 1, NO_RECORDS)
 
 
-TABLE_ROWS = 1000  # rows of a `Table` read line by line (a block's are as many as it has)
+TABLE_ROWS = 1000  # the most rows of a `Table`
 
 
 def _problem(fields: list[str], line: int, header: list[str], *, nul: bool) -> Row | None:
@@ -365,7 +366,9 @@ def _block(raw: bytes, first: int, header: list[str]) -> Iterator[Row | Table]:
     rows = list(map(str.split, parts, repeat(",")))
     width = len(header)
     if "\x00" not in text and all(map(width.__eq__, map(len, rows))):
-        yield Table(header, lines, rows)
+        for start in range(0, len(rows), TABLE_ROWS):  # however short its lines
+            end = start + TABLE_ROWS
+            yield Table(header, lines[start:end], rows[start:end])
         return
     good = Table(header, [], [])
     for line, fields in zip(lines, rows, strict=True):
@@ -373,11 +376,13 @@ def _block(raw: bytes, first: int, header: list[str]) -> Iterator[Row | Table]:
         if problem is None:
             good.lines.append(line)
             good.rows.append(fields)
-            continue
+            if len(good.rows) < TABLE_ROWS:
+                continue
         if good.rows:
             yield good
             good = Table(header, [], [])
-        yield problem
+        if problem is not None:
+            yield problem
     if good.rows:
         yield good
 
