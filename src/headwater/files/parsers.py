@@ -17,7 +17,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Any, BinaryIO, cast
@@ -291,14 +291,12 @@ def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row | Table]:
         raise FileUnreadable(lines.line, f"CSV: {exc}") from None
     header = _header(names)
     lines.blocks = True
-    pending = Table(header, [], [])
+    gathered = _Gathered(header)
     produced = False
     try:
         for raw in rest:
             if lines.block:
-                if pending.rows:
-                    yield pending
-                    pending = Table(header, [], [])
+                yield from gathered.flush()
                 for item in _block(raw, lines.row_start, header):
                     produced = True
                     yield item
@@ -308,30 +306,47 @@ def _csv(stream: BinaryIO, _max_depth: int) -> Iterator[Row | Table]:
             if not fields:  # csv yields [] for a blank line
                 continue
             produced = True
-            problem = _problem(fields, lines.row_start, header, nul=lines.nul)
-            if problem is None:
-                pending.lines.append(lines.row_start)
-                pending.rows.append(fields)
-                if len(pending.rows) < TABLE_ROWS:
-                    continue
-            if pending.rows:
-                yield pending
-                pending = Table(header, [], [])
-            if problem is not None:
-                yield problem
+            line = lines.row_start
+            yield from gathered.add(line, fields, _problem(fields, line, header, nul=lines.nul))
     except (csv.Error, FileUnreadable) as exc:
-        if pending.rows:  # the rows before the problem are read, as they were
-            yield pending
+        yield from gathered.flush()  # the rows before the problem are read, as they were
         if isinstance(exc, csv.Error):
             raise FileUnreadable(lines.line, f"CSV: {exc}") from None
         raise
-    if pending.rows:
-        yield pending
+    yield from gathered.flush()
     if not produced:
         raise FileUnreadable(lines.line + 1, NO_RECORDS)
 
 
 TABLE_ROWS = 1000  # the most rows of a `Table`
+
+
+class _Gathered:
+    """Good rows gathered into `Table`s of at most `TABLE_ROWS`, given back in file order
+    with the problem rows between them."""
+
+    def __init__(self, header: list[str]) -> None:
+        self.header = header
+        self.table = Table(header, [], [])
+
+    def add(self, line: int, fields: list[str], problem: Row | None) -> Sequence[Row | Table]:
+        """A row (`problem` if it is not a record): what is ready to be given back."""
+        table = self.table
+        if problem is None:
+            table.lines.append(line)
+            table.rows.append(fields)
+            if len(table.rows) < TABLE_ROWS:
+                return ()
+            return self.flush()
+        return (*self.flush(), problem)
+
+    def flush(self) -> Sequence[Table]:
+        """The rows gathered so far, as a `Table` (none if there are none)."""
+        table = self.table
+        if not table.rows:
+            return ()
+        self.table = Table(self.header, [], [])
+        return (table,)
 
 
 def _problem(fields: list[str], line: int, header: list[str], *, nul: bool) -> Row | None:
@@ -370,21 +385,10 @@ def _block(raw: bytes, first: int, header: list[str]) -> Iterator[Row | Table]:
             end = start + TABLE_ROWS
             yield Table(header, lines[start:end], rows[start:end])
         return
-    good = Table(header, [], [])
+    gathered = _Gathered(header)
     for line, fields in zip(lines, rows, strict=True):
-        problem = _problem(fields, line, header, nul=True)
-        if problem is None:
-            good.lines.append(line)
-            good.rows.append(fields)
-            if len(good.rows) < TABLE_ROWS:
-                continue
-        if good.rows:
-            yield good
-            good = Table(header, [], [])
-        if problem is not None:
-            yield problem
-    if good.rows:
-        yield good
+        yield from gathered.add(line, fields, _problem(fields, line, header, nul=True))
+    yield from gathered.flush()
 
 
 NUL_MESSAGE = "a string holds a NUL (U+0000) character, which cannot be stored"
