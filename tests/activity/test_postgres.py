@@ -412,3 +412,49 @@ def test_loop_reads_of_both_kinds_share_loop_readers_connections(
         for generic, mode in modes
     )
     assert 2 <= most[0] <= LOOP_READERS
+
+
+def test_a_loop_read_connection_that_fails_to_open_gives_back_its_place(
+    pg: Database, crowded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Searches whose connection cannot be opened fail with the engine's error (the API's
+    503) and take no place of LOOP_READERS with them: afterwards searches succeed, and
+    a search of the other kind finds room beside an idle connection instead of closing
+    it, which it would do were the failed attempts still counted."""
+    company = crowded[0]
+    failures = [LOOP_READERS * 2]  # attempts left to fail, more than there are places
+    opened: list[tuple[bool, Any]] = []
+    connect = pg.connect_async
+
+    async def flaky(**options: Any) -> Any:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise OperationalError("connect", {}, Exception("connection refused"))
+        opened.append((options.get("generic", False), await connect(**options)))
+        return opened[-1][1]
+
+    monkeypatch.setattr(pg, "connect_async", flaky)
+    once = ActivitySearch.model_validate({"filter": {"action": "delete"}})
+    planned = ActivitySearch.model_validate({"filter": {"resource_type": "workflow"}})
+
+    async def run() -> tuple[list[Any], bytes, bytes, bool]:
+        try:
+            refused = await asyncio.gather(
+                *(
+                    activity.search_async(pg, company_id=company, query=once)
+                    for _ in range(LOOP_READERS * 2)
+                ),
+                return_exceptions=True,
+            )
+            first = await activity.search_async(pg, company_id=company, query=planned)
+            second = await activity.search_async(pg, company_id=company, query=once)
+            return refused, first, second, opened[0][1].closed
+        finally:
+            await pg.close_loop_reads()
+
+    refused, first, second, custom_closed = asyncio.run(run())
+    assert len(refused) == LOOP_READERS * 2
+    assert all(isinstance(error, OperationalError) for error in refused)
+    assert json.loads(first)["total_entries"] > 0 and json.loads(second)["total_entries"] > 0
+    assert [generic for generic, _ in opened] == [False, True]
+    assert not custom_closed  # the failed attempts left the count at 0: room for both
