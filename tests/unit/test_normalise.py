@@ -318,7 +318,9 @@ def test_with_json_answers_as_the_normaliser(record: dict[str, Any], opts: Optio
         assert orjson.loads(text) == record
 
 
-@given(st.lists(plain_records, min_size=1, max_size=6), options)
+# up to 12 records: date-times are checked record by record below
+# normalise._COLUMNS_FROM (8) and a column at a time from there
+@given(st.lists(plain_records, min_size=1, max_size=12), options)
 def test_each_with_json_answers_as_with_json_record_by_record(
     records: list[dict[str, Any]], opts: Options
 ) -> None:
@@ -336,6 +338,36 @@ def test_each_with_json_answers_as_with_json_record_by_record(
     one_by_one = [normaliser.with_json(record)[1] for record in records]
     if all(text is not None for text in one_by_one):
         assert texts == one_by_one
+
+
+DATE_TEXTS = st.sampled_from(
+    [
+        "2026-11-22T09:00:00.000Z",
+        "2026-11-22T09:00:00Z",
+        "2026-11-22T10:00:00+01:00",
+        "2026-11-22T09:00:00.123Z",
+        "not a date",
+    ]
+)
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries({"at": DATE_TEXTS}, optional={"name": JSON_TEXTS}),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_each_with_json_checks_date_times_a_column_at_a_time_as_record_by_record(
+    records: list[dict[str, Any]],
+) -> None:
+    """Every record holds its date-time as a string: from normalise._COLUMNS_FROM records
+    on, the date-times are checked a column at a time, and the answer is the same."""
+    normaliser = compile_normaliser(PLAIN_SCHEMA, Options())
+    before = copy.deepcopy(records)
+    cleaned, texts = normaliser.each_with_json(records)
+    assert cleaned == [normaliser(record) for record in copy.deepcopy(before)]
+    assert texts == [normaliser.with_json(record)[1] for record in copy.deepcopy(before)]
 
 
 @given(st.lists(st.sampled_from(["a", " ", "b c", '"', "x y z"]), max_size=30))

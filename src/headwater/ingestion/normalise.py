@@ -209,6 +209,11 @@ _SAMPLE = 1 << 16
 _SPACE_BY_QUOTE = re.compile(rb' (?<=" )| (?=")')
 
 
+# Records from which `_all_canonical_dates` checks a column at a time: one record took
+# 0.86 µs that way against 0.45 µs record by record; the two cost the same at 6-8.
+_COLUMNS_FROM = 8
+
+
 class Normaliser:
     """One schema and options, read once; `__call__` normalises one record.
 
@@ -319,7 +324,10 @@ class Normaliser:
 
     def _all_canonical_dates(self, records: list[Record]) -> bool:
         """`_canonical_dates` of every record: a column at a time (C-speed steps) where
-        each record holds each date-time as a string, record by record otherwise."""
+        each record holds each date-time as a string, record by record otherwise (and
+        for fewer than `_COLUMNS_FROM` records, where the column's set-up costs more)."""
+        if len(records) < _COLUMNS_FROM:
+            return all(map(self._canonical_dates, records))
         for name in self.dates:
             values: list[Any] = list(map(dict.get, records, repeat(name)))
             if set(map(type, values)) != {str}:
