@@ -29,6 +29,18 @@ class Inbox(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class InboxMessageId(Base):
+    """A Message-ID an inbox took, by its SHA-256 (a Message-ID may be longer than an
+    index entry): the primary key makes two copies of one message, arriving at once on
+    two connections or instances, store once."""
+
+    __tablename__ = "inbox_message_ids"
+
+    inbox_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    message_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class InboxMessage(Base):
     """A message an inbox took: its transactions, and its reply's state (`pending` until
     sent, `sent`, `none` without a relay, `limited` past the sender's hourly limit,

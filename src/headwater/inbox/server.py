@@ -182,29 +182,52 @@ class Handler:
         found: list[Attachment],
         ignored: list[str],
     ) -> int:
+        """`_store` on a thread that runs to its end even if the connection drops or
+        times out meanwhile: once its unit of work has committed, the message is
+        accepted, and only that thread knows whether it did (contract 12)."""
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(
+            None, self._store, to, message_id, sender, subject, found, ignored
+        )
+        return await asyncio.shield(work)
+
+    def _store(
+        self,
+        to: Recipient,
+        message_id: str,
+        sender: str,
+        subject: str,
+        found: list[Attachment],
+        ignored: list[str],
+    ) -> int:
         """Store the attachments, then their transactions and the message in one unit of
-        work; a Message-ID seen in 24 h stores nothing. How many transactions."""
-        if await self.run(self._seen, to, message_id):
+        work; a Message-ID seen in 24 h stores nothing. How many transactions. The
+        stored bytes are removed only when that unit of work did not commit."""
+        if self._seen(to, message_id):
             log.info("email repeated: stored once", inbox_id=str(to.inbox_id))
             return 0
         stored: list[tuple[Attachment, uuid.UUID, str, Any]] = []
+        ids: list[uuid.UUID] | None = None
         try:
             for attachment in found:
                 file_id = uuid.uuid4()
                 key = self.store.object_key(company_id=to.company_id, file_id=file_id)
-                writer = await self.run(self.store.incoming_file, key)
+                writer = self.store.incoming_file(key)
                 try:
-                    await self.run(writer.write, attachment.data)
-                    await self.run(writer.commit)
+                    writer.write(attachment.data)
+                    writer.commit()
                 except BaseException:
-                    await self.run(writer.discard)
+                    writer.discard()
                     raise
                 stored.append((attachment, file_id, key, writer))
-            ids = await self.run(self._accept, to, message_id, sender, subject, stored, ignored)
-        except BaseException:
-            for _, _, key, _ in stored:
-                await self.run(self.store.delete, key)
-            raise
+            ids = self._accept(to, message_id, sender, subject, stored, ignored)
+        finally:
+            if ids is None:  # not committed, or a repeat that arrived meanwhile
+                for _, _, key, _ in stored:
+                    self.store.delete(key)
+        if ids is None:
+            log.info("email repeated: stored once", inbox_id=str(to.inbox_id))
+            return 0
         metrics.ATTACHMENTS.inc(len(ids))
         log.info(
             "email received",
@@ -226,9 +249,14 @@ class Handler:
         subject: str,
         stored: list[tuple[Attachment, uuid.UUID, str, Any]],
         ignored: list[str],
-    ) -> list[uuid.UUID]:
+    ) -> list[uuid.UUID] | None:
+        """The transactions made, or None when another copy of the message took its
+        Message-ID first (nothing is then committed)."""
         caller = to.principal()
         with self.db.unit_of_work() as session:
+            if not inboxes.claim_message(session, to.inbox_id, message_id):
+                session.rollback()
+                return None
             ids = [
                 files.accept_stored(
                     session,

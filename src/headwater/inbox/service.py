@@ -3,6 +3,7 @@ message in, and the replies' queue (contract section 12)."""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import uuid
 from collections.abc import Sequence
@@ -14,10 +15,11 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from headwater.config import Settings
+from headwater.db import dialect_insert
 from headwater.identity import service as identity
 from headwater.identity.tokens import Principal
 from headwater.inbox.errors import InboxNotFound
-from headwater.inbox.models import Inbox, InboxMessage
+from headwater.inbox.models import Inbox, InboxMessage, InboxMessageId
 from headwater.inbox.schemas import InboxQuery, InboxRead
 from headwater.ingestion import datasets
 from headwater.kit.clock import utcnow, utcnow_ms
@@ -150,20 +152,41 @@ def recipient(session: Session, address: str, *, domain: str, sender: str) -> Re
     return Recipient(inbox.id, inbox.company_id, inbox.client_id, inbox.dataset_id, inbox.author_id)
 
 
-def seen(session: Session, inbox_id: uuid.UUID, message_id: str) -> bool:
-    """Whether this Message-ID reached this inbox within the last 24 h."""
-    return (
-        session.scalar(
-            select(func.count())
-            .select_from(InboxMessage)
-            .where(
-                InboxMessage.inbox_id == inbox_id,
-                InboxMessage.message_id == message_id,
-                InboxMessage.received_at >= utcnow() - DEDUPE_WINDOW,
-            )
+def _message_key(message_id: str) -> str:
+    return hashlib.sha256(message_id.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def claim_message(session: Session, inbox_id: uuid.UUID, message_id: str) -> bool:
+    """Take this Message-ID for this inbox, unless it was taken within the last 24 h:
+    whether this copy is the one to store. The primary key decides between copies that
+    arrive at once (on PostgreSQL the second waits for the first's commit, then finds
+    its row); the first statement of the message's unit of work, so a repeat stores
+    nothing."""
+    now = utcnow_ms()
+    table = InboxMessageId.__table__
+    claimed = session.execute(
+        dialect_insert(session.get_bind().dialect)(table)
+        .values(inbox_id=inbox_id, message_key=_message_key(message_id), received_at=now)
+        .on_conflict_do_update(
+            index_elements=["inbox_id", "message_key"],
+            set_={"received_at": now},
+            where=table.c.received_at < now - DEDUPE_WINDOW,
         )
-        or 0
-    ) > 0
+        .returning(table.c.inbox_id)
+    )
+    return claimed.first() is not None
+
+
+def seen(session: Session, inbox_id: uuid.UUID, message_id: str) -> bool:
+    """Whether this Message-ID reached this inbox within the last 24 h (a fast answer
+    before storing anything; `claim_message` is the one that decides)."""
+    received = session.scalar(
+        select(InboxMessageId.received_at).where(
+            InboxMessageId.inbox_id == inbox_id,
+            InboxMessageId.message_key == _message_key(message_id),
+        )
+    )
+    return received is not None and received >= utcnow() - DEDUPE_WINDOW
 
 
 def record_message(
