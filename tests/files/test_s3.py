@@ -125,6 +125,21 @@ def test_presigned_put_then_notification_processes_once(
     assert len(tenant.records(transaction_id=ticket["transaction_id"])) == 20
 
 
+def test_an_object_the_bucket_lost_fails_its_transaction(
+    file_tenant: FileTenant, s3_app: Any, bucket: str, s3_endpoint: str
+) -> None:
+    app = s3_app()
+    tenant = file_tenant.via(app)
+    ticket = tenant.upload_url()
+    assert put(ticket, BODY).status_code == 200
+    assert notify(app, event(bucket, key_of(ticket))).json() == {"queued": 1}
+    s3_client(s3_endpoint).delete_object(Bucket=bucket, Key=key_of(ticket))
+    assert run_worker(app) == 1
+    transaction = tenant.transaction(ticket["transaction_id"])
+    assert transaction["status"] == "failed"
+    assert "missing" in transaction["errors"][0]["message"]
+
+
 def test_the_poller_notices_uploads_without_notifications(
     file_tenant: FileTenant, s3_app: Any
 ) -> None:

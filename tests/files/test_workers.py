@@ -179,6 +179,16 @@ def test_a_claim_that_is_not_stale_is_left_alone(
     )
 
 
+def _object_path(runtime: Runtime, settings: Settings, transaction_id: str) -> Path:
+    with runtime.db.read_session() as session:
+        key = session.scalar(
+            select(FileUpload.object_key).where(
+                FileUpload.transaction_id == uuid.UUID(transaction_id)
+            )
+        )
+    return settings.data_dir / "store" / "objects" / str(key)
+
+
 def test_a_job_that_keeps_failing_fails_its_transaction(
     file_tenant: FileTenant, make_client: Callable[..., TestClient], settings: Settings
 ) -> None:
@@ -186,21 +196,36 @@ def test_a_job_that_keeps_failing_fails_its_transaction(
     run_worker(file_tenant.client)  # an empty queue to start from
     transaction_id = uploaded(file_tenant, 10)
     runtime = runtime_of(app)
-    for stored_file in (settings.data_dir / "store" / "objects").iterdir():
-        with runtime.db.read_session() as session:
-            key = session.scalar(
-                select(FileUpload.object_key).where(
-                    FileUpload.transaction_id == uuid.UUID(transaction_id)
-                )
-            )
-        if stored_file.name == key:
-            stored_file.unlink()  # the object is gone: every attempt fails
-    assert run_worker(app) == 2
+    path = _object_path(runtime, settings, transaction_id)
+    path.unlink()
+    path.mkdir()  # the object cannot be read: every attempt fails
+    try:
+        assert run_worker(app) == 2
+    finally:
+        path.rmdir()
     transaction = file_tenant.transaction(transaction_id)
     assert transaction["status"] == "failed"
     assert "failed 2 times" in transaction["errors"][0]["message"]
     assert job_of(runtime, transaction_id)[:2] == ("done", 2)
     assert run_worker(app) == 0
+
+
+def test_a_job_whose_stored_file_is_gone_fails_at_once(
+    file_tenant: FileTenant, settings: Settings
+) -> None:
+    """No transaction stays `processing` without its stored bytes (the store lost the
+    object, or a crash came between the steps that wrote it)."""
+    run_worker(file_tenant.client)
+    transaction_id = uploaded(file_tenant, 10)
+    runtime = runtime_of(file_tenant.client)
+    _object_path(runtime, settings, transaction_id).unlink()
+    assert run_worker(file_tenant.client) == 1
+    transaction = file_tenant.transaction(transaction_id)
+    assert transaction["status"] == "failed" and transaction["error_count"] == 1
+    [error] = transaction["errors"]
+    assert error["keyword"] == "file" and "missing" in error["message"]
+    assert job_of(runtime, transaction_id)[:2] == ("done", 1)
+    assert run_worker(file_tenant.client) == 0
 
 
 @pytest.mark.http

@@ -257,7 +257,12 @@ def run_job(
         ).one()
         target = ingestion.file_target(connection, upload.transaction_id)
         file = _File(connection, target, batch_rows=settings.batch_rows)
-        with store.open(upload.object_key) as stream:
+        try:
+            stream = store.open(upload.object_key)
+        except FileNotFoundError:
+            _missing(connection, job_id, target.transaction_id)
+            return True
+        with stream:
             rows = parsers.rows(
                 stream,
                 upload.content_type,
@@ -287,6 +292,25 @@ def run_job(
         rejected=file.tally.rejected,
     )
     return True
+
+
+MISSING = "the stored file is missing (the store lost it): send the file again"
+
+
+def _missing(connection: Connection, job_id: uuid.UUID, transaction_id: uuid.UUID) -> None:
+    """The job's stored bytes are gone: its transaction fails at once with a `file` error
+    instead of being tried again for ever (nothing else can bring them back)."""
+    now = utcnow_ms()
+    ingestion.finish(
+        connection,
+        transaction_id,
+        ingestion.Status.FAILED,
+        completed_at=now,
+        error_count=1,
+        errors=[file_error(0, 0, MISSING)],
+    )
+    _finish(connection, job_id, now=now)
+    log.error("file job failed: stored file missing", transaction_id=str(transaction_id))
 
 
 class _File:

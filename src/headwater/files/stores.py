@@ -68,7 +68,9 @@ class Store(Protocol):
 
     def head(self, key: str) -> ObjectInfo | None: ...
 
-    def open(self, key: str) -> BinaryIO: ...
+    def open(self, key: str) -> BinaryIO:
+        """The object's bytes; FileNotFoundError when the store does not hold it."""
+        ...
 
     def delete(self, key: str) -> None: ...
 
@@ -332,7 +334,10 @@ class S3Store:
         )
 
     def open(self, key: str) -> BinaryIO:
-        body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        except self.client.exceptions.NoSuchKey as exc:
+            raise FileNotFoundError(key) from exc
         return cast(BinaryIO, io.BufferedReader(_Body(body), buffer_size=1024 * 1024))
 
     def delete(self, key: str) -> None:
