@@ -4,7 +4,7 @@
   answered 431 and its connection closed, counted as the bytes arrive: a 64 MiB header
   is refused after its first 64 KiB, not held in memory and parsed.
 - A connection that has not sent a complete header block within
-  `HEADWATER_HTTP_HEADER_TIMEOUT_SECONDS` of connecting, or of its previous request's
+  `HEADWATER_HTTP_HEADER_TIMEOUT_SECONDS` of connecting, or of its previous response's
   end, is closed (slowloris: one header line at a time keeps no connection open).
 
 `headwater serve` names this class as uvicorn's `http` protocol.
@@ -83,9 +83,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         super().on_headers_complete()
 
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._arm()  # the next request's header block is awaited from now
+    def on_response_complete(self) -> None:
+        # The next request's header block is awaited once this response has been sent,
+        # not once the request was read: a long poll (`wait=30`) answers after the
+        # header timeout, and that is not a slow client. A pipelined request already
+        # read starts now instead, its headers complete.
+        pipelined = bool(self.pipeline)
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            self._arm()
 
     # the size: counted as bytes arrive, up to the end of the header block
 
