@@ -132,6 +132,19 @@ def test_bad_bodies_answer_400(loopback_ok: HookTenant, body: dict[str, object])
         ("https://93.184.216.34/h#frag", "fragment"),
         ("https:///h", "no host"),
         ("https://no-such-host.invalid/h", "does not resolve"),
+        # an IPv6 address that carries an IPv4 one is judged by the IPv4 address
+        ("https://[64:ff9b::7f00:1]/h", "loopback"),
+        ("https://[64:ff9b:1::a00:1]/h", "private"),
+        ("https://[2002:7f00:1::]/h", "loopback"),
+        ("https://[2002:a9fe:a9fe::1]/h", "link-local"),
+        ("https://[::127.0.0.1]/h", "loopback"),
+        ("https://[::a00:1]/h", "private"),
+        ("https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/h", "loopback"),
+        # a host that is not a valid name is refused, never a 5xx
+        ("https://xn--localhost-/h", "not a"),
+        ("https://a.xn--/h", "not a"),
+        ("https://exa_mple.com/h", "not a valid name"),
+        ("https://-bad-.example/h", "not a valid name"),
     ],
 )
 def test_refused_urls_answer_400_saying_why(hooks: HookTenant, url: str, reason: str) -> None:

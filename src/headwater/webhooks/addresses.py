@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass
 
+import idna
 from yarl import URL
 
 MAX_URL_LENGTH = 2048
@@ -37,30 +39,68 @@ def parse(url: str, *, allow_http: bool) -> Target:
     if len(url) > MAX_URL_LENGTH:
         raise Refused(f"the URL is longer than {MAX_URL_LENGTH} characters")
     try:
-        # yarl: the parser aiohttp reads the URL with when it delivers
+        # yarl: the parser aiohttp reads the URL with when it delivers; its parts are
+        # decoded lazily, so each is read here, where an IDNA error is still a refusal
         parsed = URL(url)
-    except (TypeError, ValueError) as exc:
+        host, port, scheme = parsed.host, parsed.port, parsed.scheme
+        user, password, fragment = parsed.user, parsed.password, parsed.fragment
+    except (TypeError, ValueError) as exc:  # IDNAError and UnicodeError are ValueErrors
         raise Refused(f"not a URL: {exc}") from None
     schemes = ("https", "http") if allow_http else ("https",)
-    if parsed.scheme not in schemes:
+    if scheme not in schemes:
         raise Refused(
             "the scheme must be https"
             + ("" if allow_http else " (http needs HEADWATER_WEBHOOK_ALLOW_HTTP=true)")
         )
-    if not parsed.host:
+    if not host:
         raise Refused("the URL has no host")
-    if parsed.user is not None or parsed.password is not None:
+    if user is not None or password is not None:
         raise Refused("the URL may not hold a user name or password; verify the signature")
-    if parsed.fragment:
+    if fragment:
         raise Refused("the URL may not have a fragment")
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return Target(host=parsed.host.strip("[]"), port=port)
+    host = host.strip("[]")
+    if _literal(host) is None:
+        _valid_name(host)
+    return Target(host=host, port=port or (443 if scheme == "https" else 80))
+
+
+def _valid_name(host: str) -> None:
+    """A host name as DNS takes it (IDNA 2008, labels of letters, digits and hyphens):
+    a name no resolver could look up is refused here, not at the first delivery."""
+    try:
+        ascii_name = idna.encode(host.rstrip("."), uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError, ValueError) as exc:
+        raise Refused(f"the host is not a valid name ({exc})") from None
+    if len(ascii_name) > 253 or not all(_LABEL.fullmatch(p) for p in ascii_name.split(".")):
+        raise Refused("the host is not a valid name")
+
+
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries (IPv4-mapped, IPv4-compatible, NAT64,
+    6to4, Teredo's client), which is where a connection to it ends up."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    low = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if any(address in network for network in _NAT64):
+        return low
+    if address in _COMPATIBLE and int(address) > 1:  # not :: nor ::1, judged as they are
+        return low
+    return None
 
 
 def refusal(address: IPAddress) -> str | None:
     """Why an address is no place for a webhook; None for a public one."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        address = embedded_ipv4(address) or address
     for reason, test in (
         ("loopback", address.is_loopback),
         ("unspecified", address.is_unspecified),
