@@ -144,6 +144,38 @@ def test_ndjson_and_csv_exports_hold_every_record(feed_tenant: FeedTenant) -> No
     assert third["placed_at"] == "2026-11-22T09:00:00.000Z"
 
 
+FORMULAS = ["=cmd|' /C calc'!A0", "@SUM(1+1)", "+1+2", "-2+3", "=HYPERLINK(\"x\")"]
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_escaped(feed_tenant: FeedTenant) -> None:
+    records = [
+        {"order_id": text, "amount": 5, "quantity": -5, "channel": "\t=1+1", "customer-email": "a@b.example"}
+        for text in FORMULAS
+    ]
+    assert feed_tenant.push(records).status_code == 200
+    stored = {r["data"]["order_id"]: r["data"] for r in feed_tenant.records()}
+    _, body = export(feed_tenant, format="csv")
+    table = {row["record_id"]: row for row in csv.DictReader(io.StringIO(body.decode()))}
+    by_id = {r["record_id"]: r["data"] for r in feed_tenant.records()}
+    assert len(table) == len(FORMULAS)
+    for record_id, row in table.items():
+        sent = by_id[record_id]
+        assert row["order_id"] == "'" + sent["order_id"]
+        assert row["channel"] == "'" + sent["channel"]  # the tab kept, and escaped
+        assert row["quantity"] == "-5"  # a number is not a formula
+    assert set(stored) == set(FORMULAS)
+
+    done, body = export(feed_tenant, format="csv", csv_formulas="as_sent")
+    assert done["csv_formulas"] == "as_sent"
+    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    assert sorted(row["order_id"] for row in rows) == sorted(FORMULAS)
+    _, body = export(feed_tenant, format="ndjson")
+    assert sorted(orjson.loads(line)["data"]["order_id"] for line in body.splitlines()) == sorted(
+        FORMULAS
+    )
+    assert ask(feed_tenant, format="csv", csv_formulas="run", status=400)
+
+
 def test_an_empty_dataset_exports_an_empty_file(feed_tenant: FeedTenant) -> None:
     for format in ("parquet", "csv", "ndjson"):
         done, body = export(feed_tenant, format=format)

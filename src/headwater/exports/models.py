@@ -33,6 +33,8 @@ class Export(Base):
     status: Mapped[str] = mapped_column(String(16))
     ingested_after: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     ingested_before: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # CSV only: "escape" (formula-like text cells get a leading ') or "as_sent"
+    csv_formulas: Mapped[str] = mapped_column(String(16), default="escape")
     record_count: Mapped[int | None] = mapped_column(BigInteger, default=None)
     file_size: Mapped[int | None] = mapped_column(BigInteger, default=None)
     bucket: Mapped[str] = mapped_column(String(255))

@@ -91,6 +91,7 @@ def run(
                     props=props,
                     writer=out,
                     row_group_rows=settings.row_group_rows,
+                    escape_formulas=export.csv_formulas != "as_sent",
                 )
         out.commit()
     except BaseException:

@@ -14,6 +14,13 @@ from headwater.kit.schemas import Input, Output
 
 ExportFormat = Literal["parquet", "ndjson", "csv"]
 ExportStatus = Literal["queued", "running", "completed", "failed"]
+CsvFormulas = Literal["escape", "as_sent"]
+CSV_FORMULAS_DOC = (
+    "CSV only: `escape` (the default) writes a text cell that begins with `=`, `+`, `-`, "
+    "`@`, a tab or a carriage return with a leading `'`, so that no spreadsheet runs it as "
+    "a formula; `as_sent` writes every value exactly as stored. Parquet and NDJSON always "
+    "hold values exactly as stored."
+)
 MEDIA_TYPES = {
     "parquet": "application/vnd.apache.parquet",
     "ndjson": "application/x-ndjson",
@@ -30,6 +37,7 @@ class ExportCreate(Input):
     )
     ingested_after: InputDateTime | None = Field(None, description="Records ingested at or after.")
     ingested_before: InputDateTime | None = Field(None, description="Records ingested before.")
+    csv_formulas: CsvFormulas = Field("escape", description=CSV_FORMULAS_DOC)
 
     @model_validator(mode="after")
     def _ordered(self) -> ExportCreate:
@@ -47,6 +55,7 @@ EXAMPLE: dict[str, Any] = {
     "status": "completed",
     "ingested_after": None,
     "ingested_before": None,
+    "csv_formulas": "escape",
     "record_count": 120000,
     "file_size": 3481920,
     "download_url": "https://headwater.example.com/downloads/5b0c3f0e9a534a4e8d432f8c0a3d7e11"
@@ -70,6 +79,7 @@ class ExportRead(Output):
     status: ExportStatus
     ingested_after: Timestamp | None
     ingested_before: Timestamp | None
+    csv_formulas: CsvFormulas = Field(description=CSV_FORMULAS_DOC)
     record_count: int | None = Field(description="Records in the file, once `completed`.")
     file_size: int | None = Field(description="The file's size in bytes, once `completed`.")
     download_url: str | None = Field(

@@ -58,6 +58,7 @@ def create(session: Session, caller: Principal, body: ExportCreate, *, store: St
         status=QUEUED,
         ingested_after=body.ingested_after,
         ingested_before=body.ingested_before,
+        csv_formulas=body.csv_formulas,
         bucket=store.bucket,
         object_key=store.export_key(
             company_id=dataset.company_id, export_id=export_id, suffix=body.format
@@ -109,6 +110,7 @@ def view(
         status=export.status,
         ingested_after=export.ingested_after,
         ingested_before=export.ingested_before,
+        csv_formulas=export.csv_formulas,
         record_count=export.record_count,
         file_size=export.file_size,
         download_url=url,

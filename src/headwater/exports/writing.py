@@ -48,6 +48,7 @@ def write(
     props: list[Column],
     writer: Writer,
     row_group_rows: int,
+    escape_formulas: bool = True,
 ) -> int:
     """Write every batch; the number of records written. The writer is left open (the
     caller commits or discards it)."""
@@ -56,7 +57,7 @@ def write(
         case "parquet":
             return _parquet(batches, props, out, row_group_rows)
         case "csv":
-            return _csv(batches, props, out)
+            return _csv(batches, props, out, escape_formulas=escape_formulas)
         case "ndjson":
             return _ndjson(batches, out)
 
@@ -86,15 +87,36 @@ def _iso(column: pa.Array) -> pa.Array:
     return pc.strftime(milliseconds, format="%Y-%m-%dT%H:%M:%SZ")
 
 
-def _csv(batches: Iterable[pa.RecordBatch], props: list[Column], out: _Out) -> int:
-    """Values as sent (each property's raw text), the record's time as the API writes it.
-    No records: the header alone."""
+# what a spreadsheet takes for the start of a formula (OWASP's CSV injection list)
+FORMULA_START = r"^[=+\-@\t\r]"
+
+
+def _escaped(column: pa.Array) -> pa.Array:
+    """A text column whose formula-like cells begin with `'` (contract 14)."""
+    formula = pc.fill_null(pc.match_substring_regex(column, FORMULA_START), False)
+    if not pc.any(formula).as_py():
+        return column
+    quoted = pc.binary_join_element_wise(pa.scalar("'"), column, "")
+    return pc.if_else(formula, quoted, column)
+
+
+def _csv(
+    batches: Iterable[pa.RecordBatch], props: list[Column], out: _Out, *, escape_formulas: bool
+) -> int:
+    """Values as sent (each property's raw text), the record's time as the API writes it;
+    text cells that a spreadsheet would run as a formula escaped unless `escape_formulas`
+    is off. No records: the header alone."""
     count = 0
     schema = raw_schema(props).set(3, pa.field("ingested_at", pa.string()))
+    first = len(schema) - len(props)
+    text = [first + i for i, c in enumerate(props) if c.kind not in ("integer", "number")]
     with pacsv.CSVWriter(out, schema) as writer:
         for batch in batches:
             arrays = [batch.column(i) for i in range(batch.num_columns)]
             arrays[3] = _iso(arrays[3])
+            if escape_formulas:
+                for i in text:
+                    arrays[i] = _escaped(arrays[i])
             writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
             count += batch.num_rows
     return count
