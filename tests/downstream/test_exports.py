@@ -144,12 +144,18 @@ def test_ndjson_and_csv_exports_hold_every_record(feed_tenant: FeedTenant) -> No
     assert third["placed_at"] == "2026-11-22T09:00:00.000Z"
 
 
-FORMULAS = ["=cmd|' /C calc'!A0", "@SUM(1+1)", "+1+2", "-2+3", "=HYPERLINK(\"x\")"]
+FORMULAS = ["=cmd|' /C calc'!A0", "@SUM(1+1)", "+1+2", "-2+3", '=HYPERLINK("x")']
 
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_escaped(feed_tenant: FeedTenant) -> None:
     records = [
-        {"order_id": text, "amount": 5, "quantity": -5, "channel": "\t=1+1", "customer-email": "a@b.example"}
+        {
+            "order_id": text,
+            "amount": 5,
+            "quantity": -5,
+            "channel": "\t=1+1",
+            "customer-email": "a@b.example",
+        }
         for text in FORMULAS
     ]
     assert feed_tenant.push(records).status_code == 200
