@@ -123,8 +123,7 @@ def serve(
 
     from headwater import migrations
 
-    # Child processes read settings from the environment, so the address goes there.
-    os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
+    _address_as_public_url(host, port)
     from headwater.ops.logs import configure_logging
 
     settings = _fresh_settings()
@@ -222,6 +221,15 @@ def _running(pid: int) -> bool:
 
 
 @app.command()
+def _address_as_public_url(host: str, port: int) -> None:
+    """Child processes read settings from the environment, so the address goes there when
+    HEADWATER_PUBLIC_URL is not set, marked as this instance's own address (it does not
+    name the token issuer, which instances sharing a database share)."""
+    if "HEADWATER_PUBLIC_URL" not in os.environ:
+        os.environ["HEADWATER_PUBLIC_URL"] = f"http://{host}:{port}"
+        os.environ["HEADWATER_PUBLIC_URL_FROM_ADDRESS"] = "true"
+
+
 def demo(
     host: Host = "127.0.0.1",
     port: Port = 8000,
@@ -229,7 +237,7 @@ def demo(
     """Seed a demo company, client and credentials, print how to call the API, and serve."""
     from headwater import demo as demo_data
 
-    os.environ.setdefault("HEADWATER_PUBLIC_URL", f"http://{host}:{port}")
+    _address_as_public_url(host, port)
     settings = _fresh_settings()
     data_dir = Path(settings.data_dir).resolve()
     sftp_key = demo_data.sftp_key(data_dir)

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     public_url: str = "http://127.0.0.1:8000"
     audience: str = "headwater-api"
     issuer: str | None = None
+    # set by `serve` and `demo` when they made HEADWATER_PUBLIC_URL from their address:
+    # that URL then names this instance, not the installation's token issuer
+    public_url_from_address: bool = False
     token_lifetime_seconds: int = Field(86400, ge=60, le=30 * 86400)
     token_leeway_seconds: int = Field(60, ge=0, le=60)
     signing_key_passphrase: str | None = None
@@ -206,6 +209,14 @@ class Settings(BaseSettings):
     def token_issuer(self) -> str:
         """The `iss` of tokens the embedded identity provider signs."""
         return (self.issuer or self.public_url).rstrip("/")
+
+    @property
+    def issuer_named(self) -> bool:
+        """Whether the operator named the token issuer (HEADWATER_ISSUER, or
+        HEADWATER_PUBLIC_URL); if not, instances sharing a database take the issuer the
+        first of them recorded (contract 19)."""
+        explicit_url = "public_url" in self.model_fields_set and not self.public_url_from_address
+        return self.issuer is not None or explicit_url
 
     @property
     def external_idp(self) -> bool:

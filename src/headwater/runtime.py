@@ -183,6 +183,12 @@ def _start_once(runtime: Runtime) -> None:
                 company_id=None,
                 scopes=["admin"],
             )
+        if settings.embedded_idp_enabled and not settings.external_idp:
+            issuer = identity.token_issuer(
+                session, proposed=settings.token_issuer, named=settings.issuer_named
+            )
+            runtime.settings = settings.model_copy(update={"issuer": issuer})
+            runtime.verifier.issuer = issuer
         if settings.embedded_idp_enabled:
             identity.current_signing_key(session, passphrase=settings.signing_key_passphrase)
             if not settings.external_idp:

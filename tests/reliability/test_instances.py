@@ -267,3 +267,31 @@ def test_instances_started_together_on_a_fresh_database_all_serve(
         assert conn.execute(
             "SELECT count(*) FROM credentials WHERE client_id = %s", (OPERATOR_ID,)
         ).fetchone() == (1,)
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_instances_on_one_database_accept_each_others_tokens_unconfigured(
+    tmp_path: Path, pg_url: str, database: str
+) -> None:
+    """No HEADWATER_PUBLIC_URL anywhere: each instance's address differs, yet the first
+    to start records the token issuer and the second signs and accepts the same one."""
+    env = server_env(tmp_path / "data", pg_url)
+    if database == "sqlite":
+        del env["HEADWATER_DATABASE_URL"]
+    first = ServerProcess(env, log=tmp_path / "a.log").start()
+    try:
+        second = ServerProcess(env, log=tmp_path / "b.log").start()
+        try:
+            issuers = [
+                httpx.get(f"{s.url}/.well-known/openid-configuration", timeout=10).json()["issuer"]
+                for s in (first, second)
+            ]
+            assert issuers == [first.url, first.url]
+            for signer, checker in ((first, second), (second, first)):
+                headers = operator_headers(signer.url)
+                answer = httpx.get(f"{checker.url}/admin/v1/companies", headers=headers, timeout=10)
+                assert answer.status_code == 200, answer.text
+        finally:
+            second.stop()
+    finally:
+        first.stop()

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, String, Text, Uuid
+from sqlalchemy import ForeignKey, Index, Integer, String, Text, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from headwater.db import Base, JSONDocument, UTCDateTime
@@ -53,6 +53,17 @@ class Credential(Base):
     @property
     def is_operator(self) -> bool:
         return self.company_id is None
+
+
+class TokenIssuer(Base):
+    """The `iss` of this installation's tokens, recorded by the first instance to start,
+    so that every instance sharing the database signs and accepts the same one."""
+
+    __tablename__ = "token_issuer"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1: one row
+    issuer: Mapped[str] = mapped_column(String(2048))
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class SigningKey(Base):

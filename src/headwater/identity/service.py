@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from headwater.config import Settings
+from headwater.db import dialect_insert
 from headwater.identity import keys as keyring
 from headwater.identity.errors import (
     ClientExists,
@@ -24,7 +25,13 @@ from headwater.identity.errors import (
     OAuthError,
     invalid_client,
 )
-from headwater.identity.models import Company, Credential, IngestionClient, SigningKey
+from headwater.identity.models import (
+    Company,
+    Credential,
+    IngestionClient,
+    SigningKey,
+    TokenIssuer,
+)
 from headwater.identity.secrets import hash_secret, new_client_id, new_secret, verify_secret
 from headwater.identity.tokens import COMPANY_SCOPES, SCOPES, Revocations, sign_token
 from headwater.kit.clock import utcnow
@@ -375,3 +382,23 @@ def issue_token(
         scope=" ".join(granted),
         public_jwk=key.public_jwk,
     )
+
+
+def token_issuer(session: Session, *, proposed: str, named: bool) -> str:
+    """The installation's token issuer: `proposed` when the operator `named` it
+    (HEADWATER_ISSUER or HEADWATER_PUBLIC_URL), recorded for the instances that do not;
+    else the one recorded by the first instance to start, which is `proposed` if none
+    has. Every instance on one database so signs and accepts the same `iss`."""
+    now = utcnow()
+    insert = dialect_insert(session.get_bind().dialect)(TokenIssuer).values(
+        id=1, issuer=proposed, recorded_at=now
+    )
+    if named:
+        session.execute(
+            insert.on_conflict_do_update(
+                index_elements=["id"], set_={"issuer": proposed, "recorded_at": now}
+            )
+        )
+        return proposed
+    session.execute(insert.on_conflict_do_nothing(index_elements=["id"]))
+    return str(session.scalars(select(TokenIssuer.issuer).where(TokenIssuer.id == 1)).one())
