@@ -145,22 +145,34 @@ def list_visible(
     return page(session, statement, params=query)
 
 
-def usable_pairs(session: Session, caller: Principal) -> list[tuple[str, str]]:
-    """Every (client, dataset) the caller may push to, sorted: its company's datasets
-    whose client is not revoked and is one the caller may use."""
-    statement = (
+@dataclass(frozen=True, slots=True)
+class UsableTree:
+    """The clients a caller may use, each with its datasets (a client with none: an
+    empty list), and the other clients of its company, which it may not use."""
+
+    clients: dict[str, list[str]]
+    withheld: frozenset[str]
+
+
+def usable_tree(session: Session, caller: Principal) -> UsableTree:
+    """The caller's company's clients that are not revoked and their datasets, split by
+    whether the caller may use them (two index reads)."""
+    company = caller.actor.company_id
+    names = session.scalars(
+        select(IngestionClient.client_id)
+        .where(IngestionClient.company_id == company, IngestionClient.revoked_at.is_(None))
+        .order_by(IngestionClient.client_id)
+    ).all()
+    allowed = set(caller.client_ids)
+    clients: dict[str, list[str]] = {n: [] for n in names if not allowed or n in allowed}
+    pairs = session.execute(
         select(Dataset.client_id, Dataset.dataset_id)
-        .join(IngestionClient, IngestionClient.client_id == Dataset.client_id)
-        .where(
-            Dataset.company_id == caller.actor.company_id,
-            IngestionClient.company_id == caller.actor.company_id,
-            IngestionClient.revoked_at.is_(None),
-        )
+        .where(Dataset.company_id == company, Dataset.client_id.in_(list(clients)))
         .order_by(Dataset.client_id, Dataset.dataset_id)
     )
-    if caller.client_ids:
-        statement = statement.where(Dataset.client_id.in_(caller.client_ids))
-    return [(row.client_id, row.dataset_id) for row in session.execute(statement)]
+    for client_id, dataset_id in pairs:
+        clients[client_id].append(dataset_id)
+    return UsableTree(clients, frozenset(n for n in names if n not in clients))
 
 
 def _current_schemas(session: Session, datasets: Sequence[Dataset]) -> dict[uuid.UUID, Any]:

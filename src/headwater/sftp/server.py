@@ -52,6 +52,7 @@ HELD_SUFFIXES = (".part", ".tmp", ".filepart")
 RECEIPTS = "receipts"
 WRITE_PIECE = 1024 * 1024  # bytes held before they are handed to the store
 REAP_SECONDS = 2.0  # how often sessions of deleted accounts are looked for
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _RECEIPT = re.compile(r"^(?P<name>.+)\.(?P<id>[0-9a-f-]{36})\.json$")
 
 
@@ -87,8 +88,8 @@ def split(path: bytes) -> list[str]:
                 raise _denied("the path leaves your tree")
             parts.pop()
             continue
-        if "\x00" in part:
-            raise _denied("the path holds U+0000")
+        if _CONTROL.search(part):
+            raise asyncssh.SFTPFailure("a name may not hold a control character")
         parts.append(part)
     return parts
 
@@ -266,16 +267,14 @@ class Tree(asyncssh.SFTPServer):
 
     # --- what exists ----------------------------------------------------------------------
 
-    def _pairs(self) -> list[tuple[str, str]]:
+    def _usable(self) -> datasets.UsableTree:
         with self.hub.db.read_session() as session:
-            return datasets.usable_pairs(session, self.caller)
+            return datasets.usable_tree(session, self.caller)
 
-    async def _tree(self) -> dict[str, list[str]]:
-        """client → its datasets, as this account may use them (one query)."""
-        tree: dict[str, list[str]] = {}
-        for client, dataset in await self.hub.run(self._pairs):
-            tree.setdefault(client, []).append(dataset)
-        return tree
+    async def _tree(self) -> datasets.UsableTree:
+        """client → its datasets, as this account may use them, and the company's clients
+        it may not use."""
+        return await self.hub.run(self._usable)
 
     def _receipts(
         self, client_id: str, dataset_id: str, only: str | None = None
@@ -309,8 +308,11 @@ class Tree(asyncssh.SFTPServer):
         depth = len(parts)
         if depth == 0:
             return "root", None
-        tree = await self._tree()
-        if parts[0] not in tree:
+        usable = await self._tree()
+        tree = usable.clients
+        if parts[0] in usable.withheld:
+            raise _denied(f"this account may not use client {parts[0]}")
+        if parts[0] not in tree:  # another company's client looks like no client at all
             raise asyncssh.SFTPNoSuchFile(f"no client directory {parts[0]}")
         if depth == 1:
             return "client", tree[parts[0]]
@@ -357,7 +359,7 @@ class Tree(asyncssh.SFTPServer):
             yield asyncssh.SFTPName(dot, attrs=_dir_attrs())
         names: list[tuple[str, asyncssh.SFTPAttrs]] = []
         if kind == "root":
-            names = [(client, _dir_attrs()) for client in sorted(await self._tree())]
+            names = [(client, _dir_attrs()) for client in (await self._tree()).clients]
         elif kind == "client":
             names = [(dataset, _dir_attrs()) for dataset in found]
         elif kind == "dataset":
@@ -593,6 +595,34 @@ class Tree(asyncssh.SFTPServer):
 
     async def fsetstat(self, file_obj: object, attrs: asyncssh.SFTPAttrs) -> None:
         return None
+
+    # --- what the host must not show ----------------------------------------------------------
+
+    def _space(self) -> asyncssh.SFTPVFSAttrs:
+        """The account's view of space: room for one file of the largest size, never the
+        host's file systems (which would tell what exists on it)."""
+        blocks = self.hub.settings.max_file_bytes // 4096
+        return asyncssh.SFTPVFSAttrs(
+            bsize=4096, frsize=4096, blocks=blocks, bfree=blocks, bavail=blocks,
+            files=0, ffree=0, favail=0, fsid=0, flag=0, namemax=255,
+        )  # fmt: skip
+
+    async def statvfs(self, path: bytes) -> asyncssh.SFTPVFSAttrs:
+        await self._kind(split(path))  # a path outside the tree does not exist
+        return self._space()
+
+    async def fstatvfs(self, file_obj: object) -> asyncssh.SFTPVFSAttrs:
+        return self._space()
+
+    async def fsync(self, file_obj: object) -> None:
+        """`fsync@openssh.com`: accepted; an upload is durable once its close is answered."""
+        return None
+
+    async def lock(self, file_obj: object, offset: int, length: int, flags: int) -> None:
+        raise asyncssh.SFTPOpUnsupported("byte-range locks are not supported")
+
+    async def unlock(self, file_obj: object, offset: int, length: int) -> None:
+        raise asyncssh.SFTPOpUnsupported("byte-range locks are not supported")
 
 
 # --- running ----------------------------------------------------------------------------------
