@@ -63,13 +63,16 @@ def test_fsync_of_an_upload_is_accepted_and_the_file_ingested(
     tenant = account.tenant
 
     async def upload() -> None:
-        async with _connect(sftp_server, account) as conn, conn.start_sftp_client() as sftp:
-            async with sftp.open(f"/{tenant.client_id}/orders/synced.csv", "wb") as remote:
-                await remote.write((CSV_HEADER + csv_rows(5)).encode())
-                await remote.fsync()
-                assert (await remote.statvfs()).bsize == 4096
-                with pytest.raises(asyncssh.SFTPError):
-                    await remote.lock(0, 10, asyncssh.FXF_BLOCK_WRITE)
+        async with (
+            _connect(sftp_server, account) as conn,
+            conn.start_sftp_client() as sftp,
+            sftp.open(f"/{tenant.client_id}/orders/synced.csv", "wb") as remote,
+        ):
+            await remote.write((CSV_HEADER + csv_rows(5)).encode())
+            await remote.fsync()
+            assert (await remote.statvfs()).bsize == 4096
+            with pytest.raises(asyncssh.SFTPError):
+                await remote.lock(0, 10, asyncssh.FXF_BLOCK_WRITE)
 
     asyncio.run(upload())
     run_worker(tenant.client)
