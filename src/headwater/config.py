@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     sftp_receipt_days: int = Field(7, ge=1, le=365)
     sftp_max_sessions: int = Field(10, ge=1, le=1000)
     sftp_auth_failures_per_minute: int = Field(10, ge=1)
+    # bounds (contract section 11): one company's sessions never stop another's login
+    sftp_max_handles: int = Field(64, ge=1, le=10000)  # open files per session
+    sftp_max_unauthenticated: int = Field(64, ge=1, le=100000)  # connections not logged in
+    sftp_max_held: int = Field(100, ge=1, le=100000)  # held files per account
+    sftp_held_hours: int = Field(24, ge=1, le=24 * 365)
 
     # email (contract section 12): 0 turns the SMTP server off
     smtp_host: str | None = None  # default: serve's host
@@ -94,6 +99,9 @@ class Settings(BaseSettings):
     smtp_relay_url: str | None = None  # smtp://[user:password@]host:port; unset: no replies
     email_from: str | None = None  # default no-reply@<inbound domain>
     email_replies_per_sender_per_hour: int = Field(60, ge=1)
+    # bounds (contract section 12)
+    email_max_attachments: int = Field(20, ge=1, le=1000)
+    smtp_max_connections: int = Field(100, ge=1, le=100000)
 
     # events and webhooks (contract section 13)
     event_retention_days: int = Field(30, ge=1, le=3650)

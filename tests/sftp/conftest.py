@@ -113,18 +113,22 @@ def paramiko_session(
     """A paramiko SFTP session (keys from files only: no agent, no ~/.ssh)."""
     ssh = paramiko.SSHClient()
     ssh.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # noqa: S507 (a test's own server)
-    ssh.connect(
-        "127.0.0.1",
-        port=port,
-        username=username,
-        key_filename=str(key_file) if key_file else None,
-        password=password,
-        allow_agent=False,
-        look_for_keys=False,
-        timeout=30,
-        banner_timeout=30,
-        auth_timeout=30,
-    )
+    try:
+        ssh.connect(
+            "127.0.0.1",
+            port=port,
+            username=username,
+            key_filename=str(key_file) if key_file else None,
+            password=password,
+            allow_agent=False,
+            look_for_keys=False,
+            timeout=30,
+            banner_timeout=30,
+            auth_timeout=30,
+        )
+    except BaseException:
+        ssh.close()  # a refused login leaves no connection waiting on the server
+        raise
     return ssh, ssh.open_sftp()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +128,111 @@ def test_clients_out_of_reach_are_denied_or_absent(
     assert str(elsewhere.value).replace(stranger.client_id, "?") == str(nowhere.value).replace(
         "no-such-client", "?"
     )
+
+
+# --- bounds: one company's sessions never stop another's login ------------------------------
+
+
+def _connect_from(server: SftpServer, account: Account, address: str = "127.0.0.1") -> Any:
+    return asyncssh.connect(
+        "127.0.0.1",
+        server.port,
+        username=account.username,
+        client_keys=[account.key],
+        known_hosts=None,
+        agent_path=None,
+        local_addr=(address, 0),
+    )
+
+
+def test_handles_per_session_are_bounded_and_the_session_goes_on(
+    make_sftp: Any, account: Account
+) -> None:
+    server = make_sftp(sftp_max_handles=8)
+    folder = f"/{account.tenant.client_id}/orders"
+
+    async def flood() -> tuple[int, str, bool]:
+        async with _connect_from(server, account) as conn, conn.start_sftp_client() as sftp:
+            opened = []
+            with pytest.raises(asyncssh.SFTPFailure) as refused:
+                for n in range(20):
+                    opened.append(await sftp.open(f"{folder}/f{n}.csv.part", "wb"))
+            count = len(opened)
+            await opened.pop().close()
+            again = await sftp.open(f"{folder}/again.csv.part", "wb")  # room again
+            await again.close()
+            for handle in opened:
+                await handle.close()
+            return count, str(refused.value.reason), await sftp.exists(folder)
+
+    count, reason, works = asyncio.run(flood())
+    assert count == 8 and reason == "too many open files" and works
+
+
+def test_channels_per_connection_are_bounded(make_sftp: Any, account: Account) -> None:
+    server = make_sftp()
+    folder = f"/{account.tenant.client_id}/orders"
+
+    async def channels() -> tuple[int, bool]:
+        async with _connect_from(server, account) as conn:
+            clients = []
+            with pytest.raises(asyncssh.ChannelOpenError):
+                for _ in range(10):
+                    clients.append(await conn.start_sftp_client())
+            works = await clients[0].exists(folder)
+            for client in clients:
+                client.exit()
+            return len(clients), works
+
+    assert asyncio.run(channels()) == (4, True)
+
+
+def _closed_soon(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes `sock` within `seconds` (its banner read past)."""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    return True
+
+
+def test_connections_that_do_not_log_in_are_bounded_per_address_and_in_all(
+    make_sftp: Any, account: Account
+) -> None:
+    """Idle connections from one address: 8 wait, more are closed at once, and another
+    address's login is not held up; past the bound in all, every address waits."""
+    server = make_sftp(sftp_max_unauthenticated=12)
+    idle = [
+        socket.create_connection(("127.0.0.1", server.port), source_address=("127.0.0.2", 0))
+        for _ in range(20)
+    ]
+    try:
+        time.sleep(0.5)
+        closed = [_closed_soon(sock, 0.2) for sock in idle]
+        assert closed.count(False) == 8, closed
+
+        async def login(address: str) -> bool:
+            async with (
+                _connect_from(server, account, address) as conn,
+                conn.start_sftp_client() as sftp,
+            ):
+                return await sftp.exists(f"/{account.tenant.client_id}")
+
+        assert asyncio.run(login("127.0.0.1"))
+        more = [
+            socket.create_connection(("127.0.0.1", server.port), source_address=("127.0.0.3", 0))
+            for _ in range(8)
+        ]
+        idle += more
+        time.sleep(0.5)
+        # 8 from .2 and 4 from .3 fill the 12; the rest of .3 is closed
+        assert [_closed_soon(sock, 0.2) for sock in more].count(False) == 4
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(0.5)
+    assert asyncio.run(login("127.0.0.1"))  # the slots come back when they leave

@@ -23,12 +23,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 import asyncssh
 import structlog
 from asyncssh.constants import ACE4_APPEND_DATA, ACE4_WRITE_DATA, FXF_APPEND, FXF_WRITE
+from asyncssh.stream import SSHServerStreamSession
 
 from headwater.config import Settings
 from headwater.db import Database
@@ -52,6 +53,10 @@ HELD_SUFFIXES = (".part", ".tmp", ".filepart")
 RECEIPTS = "receipts"
 WRITE_PIECE = 1024 * 1024  # bytes held before they are handed to the store
 REAP_SECONDS = 2.0  # how often sessions of deleted accounts are looked for
+SFTP_VERSION = 3
+MAX_CHANNELS = 4  # per connection (contract 11)
+MAX_UNAUTHENTICATED_PER_ADDRESS = 8
+TOO_MANY_FILES = "too many open files"
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _RECEIPT = re.compile(r"^(?P<name>.+)\.(?P<id>[0-9a-f-]{36})\.json$")
 
@@ -133,6 +138,26 @@ class Hub:
     failures: FailureLimit
     connections: dict[str, set[asyncssh.SSHServerConnection]] = field(default_factory=dict)
     held: dict[tuple[str, str, str, str], Held] = field(default_factory=dict)
+    # connections that have not logged in, by address
+    waiting: dict[str, int] = field(default_factory=dict)
+
+    def admit(self, address: str) -> bool:
+        """Count a new connection that has yet to log in; False past either bound (in
+        all, per address), and it is then not counted."""
+        if (
+            sum(self.waiting.values()) >= self.settings.sftp_max_unauthenticated
+            or self.waiting.get(address, 0) >= MAX_UNAUTHENTICATED_PER_ADDRESS
+        ):
+            return False
+        self.waiting[address] = self.waiting.get(address, 0) + 1
+        return True
+
+    def logged_in_or_gone(self, address: str) -> None:
+        left = self.waiting.get(address, 0) - 1
+        if left > 0:
+            self.waiting[address] = left
+        else:
+            self.waiting.pop(address, None)
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(call, *args)
@@ -172,13 +197,39 @@ class _Login(asyncssh.SSHServer):
         self.conn: asyncssh.SSHServerConnection | None = None
         self.address = ""
         self.login: Login | None = None
+        self.waiting = False  # counted among the connections not logged in
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
         peer = conn.get_extra_info("peername")
         self.address = str(peer[0]) if peer else ""
+        if not self.hub.admit(self.address):
+            metrics.REFUSED_LOGINS.inc()
+            log.warning("sftp connection refused: too many waiting to log in")
+            asyncio.get_running_loop().call_soon(conn.close)
+            return
+        self.waiting = True
+
+    def _stop_waiting(self) -> None:
+        if self.waiting:
+            self.waiting = False
+            self.hub.logged_in_or_gone(self.address)
+
+    def session_requested(self) -> SSHServerStreamSession[bytes] | bool:
+        """A session channel: an SFTP subsystem, unless the connection already has
+        MAX_CHANNELS open (asyncssh keeps no count; its channel table is the truth)."""
+        assert self.conn is not None
+        if len(getattr(self.conn, "_channels", ())) >= MAX_CHANNELS:
+            log.warning("sftp channel refused: too many on one connection")
+            return False
+        hub = self.hub
+        return SSHServerStreamSession(
+            None, lambda chan: Tree(cast(asyncssh.SSHServerChannel[bytes], chan), hub),
+            SFTP_VERSION, False,
+        )  # fmt: skip
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_waiting()
         if self.login is not None and self.conn is not None:
             sessions = self.hub.connections.get(self.login.username, set())
             if self.conn in sessions:
@@ -228,6 +279,7 @@ class _Login(asyncssh.SSHServer):
         return True
 
     def auth_completed(self) -> None:
+        self._stop_waiting()
         assert self.conn is not None and self.login is not None
         self.conn.set_extra_info(login=self.login)
         self.hub.connections.setdefault(self.login.username, set()).add(self.conn)
@@ -264,6 +316,12 @@ class Tree(asyncssh.SFTPServer):
         self.hub = hub
         self.account: Login = chan.get_connection().get_extra_info("login")
         self.caller: Principal = self.account.principal()
+        self.handles = 0  # files open in this session
+
+    def _take_handle(self) -> None:
+        if self.handles >= self.hub.settings.sftp_max_handles:
+            raise asyncssh.SFTPFailure(TOO_MANY_FILES)
+        self.handles += 1
 
     # --- what exists ----------------------------------------------------------------------
 
@@ -380,9 +438,15 @@ class Tree(asyncssh.SFTPServer):
     async def open(self, path: bytes, pflags: int, attrs: asyncssh.SFTPAttrs) -> object:
         parts = split(path)
         if pflags & (FXF_WRITE | FXF_APPEND):
-            return await self._create(parts)
+            self._take_handle()
+            try:
+                return await self._create(parts)
+            except BaseException:
+                self.handles -= 1
+                raise
         kind, found = await self._kind(parts)
         if kind == "receipt":
+            self._take_handle()
             return _Receipt(found)
         if kind == "held":
             raise _denied("a file being uploaded cannot be read")
@@ -455,6 +519,8 @@ class Tree(asyncssh.SFTPServer):
         )
 
     async def close(self, file_obj: object) -> None:
+        if isinstance(file_obj, _Upload | _Receipt):
+            self.handles -= 1
         if not isinstance(file_obj, _Upload):
             return
         upload = file_obj
@@ -650,8 +716,8 @@ async def listen(hub: Hub, host: str, port: int) -> asyncssh.SSHAcceptor:
         host,
         port,
         server_host_keys=[host_key(hub.settings)],
+        # sessions come from _Login.session_requested, which bounds them per connection
         server_factory=lambda: _Login(hub),
-        sftp_factory=lambda chan: Tree(chan, hub),
         allow_scp=False,
         agent_forwarding=False,
         x11_forwarding=False,
