@@ -95,6 +95,25 @@ async def expire_sftp_receipts(runtime: Runtime) -> None:
         log.info("sftp receipts expired", count=expired)
 
 
+async def expire_sftp_held(runtime: Runtime) -> None:
+    """SFTP files held past HEADWATER_SFTP_HELD_HOURS: forgotten, then their bytes removed
+    (an entry never points at bytes already gone)."""
+    from headwater.sftp import held
+
+    hours = runtime.settings.sftp_held_hours
+
+    def expire() -> int:
+        with runtime.db.unit_of_work() as session:
+            keys = list(held.expire(session, hours=hours))
+        for key in keys:
+            runtime.store.delete(key)
+        return len(keys)
+
+    expired = await anyio.to_thread.run_sync(expire)
+    if expired:
+        log.info("sftp held files expired", count=expired)
+
+
 async def send_email_replies(runtime: Runtime) -> None:
     """Replies to messages whose transactions are all final (a relay must be set)."""
     if not runtime.settings.smtp_relay_url:
@@ -139,6 +158,7 @@ JOBS: list[Job] = [
     expire_uploads,
     poll_uploads,
     expire_sftp_receipts,
+    expire_sftp_held,
     sweep_incoming,
     send_email_replies,
     purge_events,

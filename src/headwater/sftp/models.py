@@ -1,4 +1,5 @@
-"""SFTP accounts, and the files they uploaded (for receipts)."""
+"""SFTP accounts, the files they hold under temporary names, and the files they
+uploaded (for receipts)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, String, Uuid
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from headwater.db import Base, UTCDateTime
@@ -43,3 +44,23 @@ class SftpUpload(Base):
     name: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     receipt_removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class SftpHeldFile(Base):
+    """A file stored under a temporary name (`.part`, `.tmp`, `.filepart`, `.name`),
+    waiting for its rename: seen from every instance and kept across restarts, removed
+    with its bytes `HEADWATER_SFTP_HELD_HOURS` after it was written."""
+
+    __tablename__ = "sftp_held_files"
+    __table_args__ = (Index(None, "held_at"),)
+
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), primary_key=True)
+    client_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    dataset_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    file_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    object_key: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    etag: Mapped[str] = mapped_column(String(255))
+    held_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -42,8 +42,10 @@ from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.service import PENDING_STATUSES, transaction_read
 from headwater.kit import memory
 from headwater.kit.ratelimit import FailureLimit
+from headwater.sftp import held as held_files
 from headwater.sftp import metrics
 from headwater.sftp import service as accounts
+from headwater.sftp.models import SftpHeldFile
 from headwater.sftp.service import Login
 
 log = structlog.get_logger("headwater.sftp")
@@ -118,7 +120,7 @@ def _file_attrs(
 
 @dataclass
 class Held:
-    """A file stored under a temporary name, waiting for its rename."""
+    """A stored file on its way to a transaction, or held under a temporary name."""
 
     file_id: uuid.UUID
     key: str
@@ -127,17 +129,24 @@ class Held:
     at: float
 
 
+def _held(row: SftpHeldFile) -> Held:
+    return Held(row.file_id, row.object_key, row.size, row.etag, row.held_at.timestamp())
+
+
+def _place(parts: list[str]) -> held_files.Place:
+    return held_files.Place(parts[0], parts[1], parts[2])
+
+
 @dataclass
 class Hub:
-    """One per process: the database, the store, the logins' open connections, the held
-    files, the failed logins per address."""
+    """One per process: the database, the store, the logins' open connections, the
+    connections waiting to log in, the failed logins per address."""
 
     db: Database
     store: Store
     settings: Settings
     failures: FailureLimit
     connections: dict[str, set[asyncssh.SSHServerConnection]] = field(default_factory=dict)
-    held: dict[tuple[str, str, str, str], Held] = field(default_factory=dict)
     # connections that have not logged in, by address
     waiting: dict[str, int] = field(default_factory=dict)
 
@@ -381,7 +390,7 @@ class Tree(asyncssh.SFTPServer):
         if depth == 3 and parts[2] == RECEIPTS:
             return "receipts", None
         if depth == 3:
-            held = self.hub.held.get(self._held_key(parts))
+            held = await self.hub.run(self._find_held, _place(parts))
             if held is None:
                 raise asyncssh.SFTPNoSuchFile(f"no file {parts[2]}")
             return "held", held
@@ -392,8 +401,47 @@ class Tree(asyncssh.SFTPServer):
             return "receipt", body
         raise asyncssh.SFTPNoSuchFile("no such path")
 
-    def _held_key(self, parts: list[str]) -> tuple[str, str, str, str]:
-        return (self.account.username, parts[0], parts[1], parts[2])
+    def _find_held(self, place: held_files.Place) -> Held | None:
+        with self.hub.db.read_session() as session:
+            found = held_files.find(session, self.account, place)
+            return None if found is None else _held(found)
+
+    def _held_names(self, client_id: str, dataset_id: str) -> list[tuple[str, Held]]:
+        with self.hub.db.read_session() as session:
+            return [
+                (row.name, _held(row))
+                for row in held_files.listing(session, self.account, client_id, dataset_id)
+            ]
+
+    def _hold(self, place: held_files.Place, stored: Held) -> list[str]:
+        with self.hub.db.unit_of_work() as session:
+            row = held_files.entry(
+                self.account,
+                place,
+                file_id=stored.file_id,
+                key=stored.key,
+                size=stored.size,
+                etag=stored.etag,
+            )
+            return held_files.hold(
+                session, self.account, place, stored=row, max_held=self.hub.settings.sftp_max_held
+            )
+
+    def _move_held(self, old: held_files.Place, new: held_files.Place) -> list[str]:
+        with self.hub.db.unit_of_work() as session:
+            return held_files.move(
+                session, self.account, old, new, max_held=self.hub.settings.sftp_max_held
+            )
+
+    def _remove_held(self, place: held_files.Place) -> list[str]:
+        with self.hub.db.unit_of_work() as session:
+            found = held_files.release(session, self.account, place)
+            return [] if found is None else [found.object_key]
+
+    async def _forget(self, keys: list[str]) -> None:
+        """Stored bytes no entry refers to any more (after the commit that let go)."""
+        for key in keys:
+            await self.hub.run(self.hub.store.delete, key)
 
     # --- reading the tree -------------------------------------------------------------------
 
@@ -422,9 +470,8 @@ class Tree(asyncssh.SFTPServer):
             names = [(dataset, _dir_attrs()) for dataset in found]
         elif kind == "dataset":
             names = [(RECEIPTS, _dir_attrs())]
-            for (user, c, d, name), held in sorted(self.hub.held.items()):
-                if (user, c, d) == (self.account.username, parts[0], parts[1]):
-                    names.append((name, _file_attrs(held.size, writable=True, mtime=held.at)))
+            for name, held in await self.hub.run(self._held_names, parts[0], parts[1]):
+                names.append((name, _file_attrs(held.size, writable=True, mtime=held.at)))
         elif kind == "receipts":
             receipts = await self.hub.run(self._receipts, parts[0], parts[1])
             names = [(n, _file_attrs(len(body))) for n, body in sorted(receipts.items())]
@@ -540,21 +587,40 @@ class Tree(asyncssh.SFTPServer):
             raise asyncssh.SFTPFailure("the file could not be stored; send it again") from None
         stored = Held(upload.file_id, upload.key, upload.size, upload.writer.etag, time.time())
         if is_held(upload.name):
-            self.hub.held[self._held_key(upload.parts)] = stored
+            try:
+                replaced = await self.hub.run(self._hold, _place(upload.parts), stored)
+            except BaseException as exc:
+                await self.hub.run(self.hub.store.delete, stored.key)
+                if isinstance(exc, held_files.TooManyHeld):
+                    raise asyncssh.SFTPFailure(str(exc)) from None
+                raise
+            await self._forget(replaced)
             return
         await self._ingest(upload.client_id, upload.dataset_id, upload.name, stored)
 
-    async def _ingest(self, client_id: str, dataset_id: str, name: str, stored: Held) -> None:
-        """The stored file becomes a transaction and a queued job (one unit of work)."""
+    async def _ingest(
+        self,
+        client_id: str,
+        dataset_id: str,
+        name: str,
+        stored: Held,
+        *,
+        renamed: held_files.Place | None = None,
+    ) -> None:
+        """The stored file becomes a transaction and a queued job (one unit of work, which
+        also lets go of the held file it was `renamed` from)."""
         kind = _supported(name)
         try:
             transaction_id = await self.hub.run(
-                self._accept, client_id, dataset_id, name, kind, stored
+                self._accept, client_id, dataset_id, name, kind, stored, renamed
             )
         except Exception as exc:
-            await self.hub.run(self.hub.store.delete, stored.key)
+            if renamed is None:  # a held file keeps its bytes: it can be renamed again
+                await self.hub.run(self.hub.store.delete, stored.key)
             if isinstance(exc, DatasetNotFound):
                 raise _denied(str(exc)) from None
+            if isinstance(exc, asyncssh.SFTPError):  # renamed by another session meanwhile
+                raise
             log.error("sftp upload not ingested", name=name, error=str(exc).splitlines()[0])
             raise asyncssh.SFTPFailure("the file could not be ingested; send it again") from None
         metrics.FILES.inc()
@@ -568,9 +634,17 @@ class Tree(asyncssh.SFTPServer):
         )
 
     def _accept(
-        self, client_id: str, dataset_id: str, name: str, kind: str, stored: Held
+        self,
+        client_id: str,
+        dataset_id: str,
+        name: str,
+        kind: str,
+        stored: Held,
+        renamed: held_files.Place | None,
     ) -> uuid.UUID:
         with self.hub.db.unit_of_work() as session:
+            if renamed is not None and held_files.release(session, self.account, renamed) is None:
+                raise asyncssh.SFTPNoSuchFile(f"no file {renamed.name} being uploaded")
             transaction_id = files.accept_stored(
                 session,
                 self.caller,
@@ -608,29 +682,32 @@ class Tree(asyncssh.SFTPServer):
         old, new = split(oldpath), split(newpath)
         if len(old) != 3 or len(new) != 3 or old[:2] != new[:2]:
             raise _denied("files are renamed only within their dataset's directory")
-        held = self.hub.held.get(self._held_key(old))
+        await self._kind(old[:2])  # the directory is one this account may use
+        held = await self.hub.run(self._find_held, _place(old))
         if held is None:
             raise asyncssh.SFTPNoSuchFile(f"no file {old[2]} being uploaded")
         if is_held(new[2]):
-            self.hub.held[self._held_key(new)] = self.hub.held.pop(self._held_key(old))
+            try:
+                replaced = await self.hub.run(self._move_held, _place(old), _place(new))
+            except held_files.TooManyHeld as exc:
+                raise asyncssh.SFTPFailure(str(exc)) from None
+            await self._forget(replaced)
             return
         _supported(new[2])
-        del self.hub.held[self._held_key(old)]
-        await self._ingest(new[0], new[1], new[2], held)
+        await self._ingest(new[0], new[1], new[2], held, renamed=_place(old))
 
     posix_rename = rename
 
     async def remove(self, path: bytes) -> None:
         parts = split(path)
-        kind, found = await self._kind(parts)
+        kind, _ = await self._kind(parts)
         if kind == "receipt":
             match = _RECEIPT.match(parts[3])
             assert match is not None
             await self.hub.run(self._remove_receipt, uuid.UUID(match["id"]))
             return
         if kind == "held":
-            del self.hub.held[self._held_key(parts)]
-            await self.hub.run(self.hub.store.delete, found.key)
+            await self._forget(await self.hub.run(self._remove_held, _place(parts)))
             return
         raise _denied("only receipts and files being uploaded can be removed")
 
