@@ -39,7 +39,7 @@ def wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None
         time.sleep(0.1)
 
 
-def _env(env: dict[str, str]) -> dict[str, str]:
+def process_env(env: dict[str, str]) -> dict[str, str]:
     """The environment of a server process: this one's without HEADWATER_*, then `env`.
     SFTP and SMTP are off unless `env` turns them on (servers in parallel would share
     their ports)."""
@@ -55,7 +55,7 @@ class ServerProcess:
     again on the same port, as the crash tests need. Output goes to `log`."""
 
     def __init__(self, env: dict[str, str], *args: str, log: Path, command: str = "serve") -> None:
-        self.env = _env(env)
+        self.env = process_env(env)
         self.args = args
         self.log = log
         self.command = command
@@ -133,7 +133,7 @@ def start_listener(command: str, env: dict[str, str], tmp: Path) -> Listener:
         argv = [sys.executable, "-m", "headwater.cli", command, "--port", "0"]
         process = subprocess.Popen(
             [*argv, "--ready-file", str(ready)],
-            env=_env(env),
+            env=process_env(env),
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
 import signal
+import sys
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, nullcontext
@@ -163,24 +165,58 @@ def _beside(
     settings: Settings, host: str, server: str, port: int, own_host: str | None
 ) -> Iterator[None]:
     """`headwater sftp` or `headwater smtp` in a process of its own while the API runs
-    (unless its port is 0); it stops with the API, or by itself if this process dies."""
+    (unless its port is 0); it stops with the API, or by itself if this process dies.
+
+    The API starts only once the channel listens: a channel that cannot start (its port
+    taken) ends `serve` with its one-line error, and one that dies later stops `serve`,
+    so that no instance says it is ready without every channel it was asked to run."""
     if port == 0:
         yield
         return
     import subprocess
-    import sys
+    import tempfile
+    import threading
+    import time
 
+    ready = Path(tempfile.mkdtemp(prefix="headwater-")) / f"{server}.port"
     command = [sys.executable, "-m", "headwater.cli", server, "--parent", str(os.getpid())]
-    command += ["--host", own_host or host, "--port", str(port)]
+    command += ["--host", own_host or host, "--port", str(port), "--ready-file", str(ready)]
     child = subprocess.Popen(command)  # noqa: S603 (this interpreter, our own arguments)
+    deadline = time.monotonic() + CHANNEL_START_SECONDS
+    while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not ready.exists():
+        _stop(child)
+        shutil.rmtree(ready.parent, ignore_errors=True)
+        if child.returncode != LISTEN_FAILED:  # the child said nothing of its own
+            sys.stderr.write(f"headwater: the {server.upper()} server did not start\n")
+        raise SystemExit(1)
+    stopping = threading.Event()
+
+    def watch() -> None:
+        child.wait()
+        if not stopping.is_set():
+            sys.stderr.write(f"headwater: the {server.upper()} server stopped; stopping\n")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True).start()
     try:
         yield
     finally:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        stopping.set()
+        _stop(child)
+        shutil.rmtree(ready.parent, ignore_errors=True)
+
+
+def _stop(child: Any) -> None:
+    import subprocess
+
+    child.terminate()
+    try:
+        child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 @contextmanager
@@ -266,6 +302,8 @@ ReadyFile = Annotated[
     Path | None, typer.Option(hidden=True, help="Write the bound port here once listening.")
 ]
 ParentPid = Annotated[int | None, typer.Option(hidden=True)]
+LISTEN_FAILED = 3  # the exit status of a channel that cannot listen on its port
+CHANNEL_START_SECONDS = 120  # a channel's process is listening within this, or serve stops
 
 
 def _run_protocol_server(
@@ -275,9 +313,11 @@ def _run_protocol_server(
     *,
     ready_file: Path | None,
     parent: int | None,
+    setting: str,
 ) -> None:
     """Run `serve_forever(settings, host, port, ready=...)` until SIGTERM or SIGINT, or
-    until the process that started it (`parent`) is gone."""
+    until the process that started it (`parent`) is gone. A port it cannot listen on
+    ends it at once with one line naming the port and its `setting`."""
     import asyncio
 
     from headwater.ops.logs import configure_logging
@@ -298,7 +338,17 @@ def _run_protocol_server(
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise
+        name = "SFTP" if setting == "HEADWATER_SFTP_PORT" else "SMTP"
+        sys.stderr.write(
+            f"headwater: the {name} server cannot listen on {host}:{port} "
+            f"({exc.strerror or exc}): set {setting} to a free port, or 0 to turn it off\n"
+        )
+        raise SystemExit(LISTEN_FAILED) from None
 
 
 @app.command("sftp")
@@ -322,6 +372,7 @@ def run_sftp(
         settings.sftp_port if port is None else port,
         ready_file=ready_file,
         parent=parent,
+        setting="HEADWATER_SFTP_PORT",
     )
 
 
@@ -346,6 +397,7 @@ def run_smtp(
         settings.smtp_port if port is None else port,
         ready_file=ready_file,
         parent=parent,
+        setting="HEADWATER_SMTP_PORT",
     )
 
 

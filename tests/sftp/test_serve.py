@@ -3,6 +3,9 @@ processed by serve's own worker, and /metrics counts the SFTP session, bytes and
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +16,7 @@ import pytest
 
 from tests.factories import fresh_pg_database
 from tests.files.conftest import CSV_HEADER, csv_rows
-from tests.http_server import free_port, running_server
+from tests.http_server import free_port, process_env, running_server
 from tests.ingestion.conftest import SCHEMA
 from tests.reliability.conftest import operator_headers, server_env
 from tests.sftp.conftest import paramiko_session
@@ -89,3 +92,28 @@ def test_serve_runs_sftp_and_its_metrics(pg_url: str, tmp_path: Path) -> None:
         assert "headwater_sftp_files_total 1.0" in metrics
         assert "headwater_sftp_sessions_total 1.0" in metrics
         assert f"headwater_sftp_received_bytes_total {float(len(body))}" in metrics
+
+
+@pytest.mark.parametrize("channel", ["SFTP", "SMTP"])
+def test_serve_stops_at_start_when_a_channels_port_is_taken(tmp_path: Path, channel: str) -> None:
+    """One line naming the port and its setting, no traceback, no API left serving."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        setting = f"HEADWATER_{channel}_PORT"
+        api_port = free_port()
+        env = process_env({"HEADWATER_DATA_DIR": str(tmp_path), setting: str(port)})
+        done = subprocess.run(
+            [sys.executable, "-m", "headwater.cli", "serve", "--port", str(api_port)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if setting in line]
+    assert f"127.0.0.1:{port}" in line and channel in line
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{api_port}/readyz", timeout=2)
