@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import ssl
 import uuid
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from email import policy
 from email.message import EmailMessage
 from email.parser import BytesFeedParser
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio.to_thread
 import structlog
@@ -33,6 +34,7 @@ from headwater.files.stores import Store, make_store
 from headwater.inbox import metrics
 from headwater.inbox import service as inboxes
 from headwater.inbox.service import Recipient
+from headwater.inbox.session import TOO_DEEP, BoundedSMTP, Gate
 from headwater.kit import memory
 
 log = structlog.get_logger("headwater.email")
@@ -53,10 +55,17 @@ class Attachment:
     data: bytes
 
 
-def attachments(message: EmailMessage) -> tuple[list[Attachment], list[str]]:
+class TooManyAttachments(Exception):
+    """More supported attachments than a message may carry."""
+
+
+def attachments(
+    message: EmailMessage, *, most: int | None = None
+) -> tuple[list[Attachment], list[str]]:
     """The supported attachments (by content type or file name), and the names of the
-    others. The message's own text is not data."""
-    found: list[Attachment] = []
+    others. The message's own text is not data. Past `most` supported attachments,
+    TooManyAttachments, before any is decoded."""
+    chosen: list[tuple[str, str, EmailMessage]] = []
     ignored: list[str] = []
     for part in message.walk():
         if part.is_multipart():
@@ -72,6 +81,11 @@ def attachments(message: EmailMessage) -> tuple[list[Attachment], list[str]]:
         if kind is None:
             ignored.append(label)
             continue
+        chosen.append((label, kind, part))
+        if most is not None and len(chosen) > most:
+            raise TooManyAttachments()
+    found = []
+    for label, kind, part in chosen:
         payload = part.get_payload(decode=True)
         found.append(Attachment(label, kind, payload if isinstance(payload, bytes) else b""))
     return found, ignored
@@ -85,36 +99,42 @@ class Digest:
 
 
 PARSE_PIECE = 1024 * 1024
+PARSE_AT_ONCE = 2  # messages parsed at the same time: what bounds the process's memory
+ANSWER_SECONDS = 50  # a message is answered within 60 s of its final dot (contract 12)
+
+
+def _source(envelope: Envelope) -> IO[bytes]:
+    """The message's bytes: the spool BoundedSMTP wrote, or aiosmtpd's own content."""
+    spool: IO[bytes] | None = getattr(envelope, "spool", None)
+    if spool is not None:
+        return spool
+    content = envelope.original_content or envelope.content or b""
+    envelope.original_content = envelope.content = None
+    return io.BytesIO(content if isinstance(content, bytes) else content.encode())
 
 
 def parse(envelope: Envelope) -> tuple[EmailMessage, Digest]:
-    """The message, parsed in pieces; the envelope lets go of its bytes as soon as they
-    are fed, so a large message is not held three times over (raw, text, parts)."""
-    content = envelope.original_content or envelope.content or b""
-    raw = content if isinstance(content, bytes) else content.encode()
-    envelope.original_content = envelope.content = None
-    del content
-    digest = hashlib.sha256(raw).hexdigest()
+    """The message, parsed a piece at a time from its spool."""
+    source = _source(envelope)
+    digest = hashlib.sha256()
     parser = BytesFeedParser(policy=policy.default)
-    view = memoryview(raw)
-    for start in range(0, len(raw), PARSE_PIECE):
-        parser.feed(bytes(view[start : start + PARSE_PIECE]))
-    view.release()
-    del view, raw
+    while piece := source.read(PARSE_PIECE):
+        digest.update(piece)
+        parser.feed(piece)
     message = parser.close()
     assert isinstance(message, EmailMessage)
     return message, Digest(
         message_id=str(message.get("Message-ID") or "").strip(),
         subject=str(message.get("Subject") or ""),
-        sha256=digest,
+        sha256=digest.hexdigest(),
     )
 
 
-def read(envelope: Envelope) -> tuple[list[Attachment], list[str], Digest]:
+def read(envelope: Envelope, most: int | None = None) -> tuple[list[Attachment], list[str], Digest]:
     """The message's supported attachments, the names of the others, and its digest;
     only the attachments' bytes are kept."""
     message, digest = parse(envelope)
-    found, ignored = attachments(message)
+    found, ignored = attachments(message, most=most)
     return found, ignored, digest
 
 
@@ -126,6 +146,7 @@ class Handler:
         self.store = store
         self.settings = settings
         self.replies = inboxes.relay_settings(settings) is not None
+        self.parsing = anyio.CapacityLimiter(PARSE_AT_ONCE)
 
     async def run(self, call: Any, *args: Any) -> Any:
         return await anyio.to_thread.run_sync(call, *args)
@@ -153,9 +174,30 @@ class Handler:
             )
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        try:
+            return await asyncio.wait_for(self._data(envelope), ANSWER_SECONDS)
+        except TimeoutError:
+            # the storing thread, if it began, goes on to its end: a retry is then a repeat
+            log.warning("email not answered in time")
+            return TRY_LATER
+
+    async def _data(self, envelope: Envelope) -> str:
         # parsing and decoding a large message takes a while: not on the event loop,
-        # where the other sessions wait
-        found, ignored, digest = await self.run(read, envelope)
+        # where the other sessions wait, and a few at a time, which bounds memory
+        most = self.settings.email_max_attachments
+        try:
+            found, ignored, digest = await anyio.to_thread.run_sync(
+                read, envelope, most, limiter=self.parsing
+            )
+        except TooManyAttachments:
+            metrics.REFUSED.labels("attachments").inc()
+            return (
+                f"552 5.3.4 Too many attachments: at most {most} CSV, JSON or NDJSON "
+                "attachments a message (HEADWATER_EMAIL_MAX_ATTACHMENTS)"
+            )
+        except RecursionError:  # nesting the line scanner could not see (no boundaries)
+            metrics.REFUSED.labels("nesting").inc()
+            return TOO_DEEP
         if not found:
             metrics.REFUSED.labels("no_attachment").inc()
             log.info("email refused: no usable attachment", ignored=len(ignored))
@@ -302,9 +344,14 @@ async def serve(settings: Settings, host: str, port: int, *, ready: Path | None 
     handler = Handler(db, make_store(settings), settings)
     context = tls_context(settings)
     loop = asyncio.get_running_loop()
+    gate = Gate(most=settings.smtp_max_connections)
+    spool = settings.data_dir / "smtp-spool"
+    spool.mkdir(parents=True, exist_ok=True)
     server = await loop.create_server(
-        lambda: SMTP(
+        lambda: BoundedSMTP(
             handler,
+            gate=gate,
+            spool_dir=spool,
             data_size_limit=settings.max_email_bytes,
             hostname=settings.inbound_email_domain,
             ident="Headwater",

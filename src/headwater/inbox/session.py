@@ -1,0 +1,217 @@
+"""aiosmtpd's SMTP session with the bounds of contract 12: connections in all and per
+address (421), recipients per message (452), and a message spooled to an unlinked
+temporary file as it arrives instead of held in memory, its MIME nesting followed line
+by line so that a message nested deeper than `MAX_DEPTH` is refused (554) before any
+parser sees it.
+
+Everything else (commands, EHLO, STARTTLS, SIZE, the handler's hooks) is aiosmtpd's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import re
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from aiosmtpd.smtp import MISSING, SMTP
+
+MAX_DEPTH = 10  # MIME parts within parts
+MAX_RECIPIENTS = 100
+MAX_PER_ADDRESS = 10  # connections at once from one address
+SPOOL_IN_MEMORY = 256 * 1024  # a message's first bytes stay in memory, the rest on disk
+
+TOO_MANY_CONNECTIONS = "421 4.7.0 Too many connections: try again later"
+TOO_MANY_RECIPIENTS = f"452 4.5.3 Too many recipients: at most {MAX_RECIPIENTS} a message"
+TOO_DEEP = f"554 5.6.0 MIME parts nested deeper than {MAX_DEPTH} levels"
+TOO_MUCH = "552 5.3.4 Message too big"
+TOO_LONG = "500 5.5.2 Line too long (RFC 5321 4.5.3.1.6)"
+
+
+class Gate:
+    """Connections open at once, in all and per address."""
+
+    def __init__(self, *, most: int, per_address: int = MAX_PER_ADDRESS) -> None:
+        self.most = most
+        self.per_address = per_address
+        self.open: dict[str, int] = {}
+
+    def admit(self, address: str) -> bool:
+        """Count a new connection; False (not counted) past either bound."""
+        if sum(self.open.values()) >= self.most or self.open.get(address, 0) >= self.per_address:
+            return False
+        self.open[address] = self.open.get(address, 0) + 1
+        return True
+
+    def leave(self, address: str) -> None:
+        left = self.open.get(address, 0) - 1
+        if left > 0:
+            self.open[address] = left
+        else:
+            self.open.pop(address, None)
+
+
+_BOUNDARY = re.compile(rb'boundary\s*=\s*(?:"([^"]+)"|([^;\s]+))', re.IGNORECASE)
+
+
+class Nesting:
+    """A message's MIME structure followed one line at a time, as it arrives: how deep
+    its multipart and message/rfc822 parts nest (`deepest`)."""
+
+    def __init__(self) -> None:
+        self.open: list[bytes | None] = []  # boundaries of open multiparts; None: a message
+        self.in_headers = True
+        self.content_type = b""
+        self.collecting = False
+        self.deepest = 0
+
+    def feed(self, line: bytes) -> None:
+        """One whole line, its CRLF included."""
+        if self.in_headers:
+            text = line.rstrip(b"\r\n")
+            if not text:
+                self._headers_end()
+            elif line[:1] in (b" ", b"\t"):
+                if self.collecting:
+                    self.content_type += text
+            else:
+                self.collecting = text[:13].lower() == b"content-type:"
+                if self.collecting:
+                    self.content_type = text[13:]
+            return
+        if not line.startswith(b"--"):
+            return
+        for level in range(len(self.open) - 1, -1, -1):
+            boundary = self.open[level]
+            if boundary is None or not line.startswith(b"--" + boundary):
+                continue
+            rest = line[2 + len(boundary) :].rstrip(b"\r\n \t")
+            if rest == b"--":  # the multipart ends
+                del self.open[level:]
+            elif not rest:  # a new part of it begins, with headers
+                del self.open[level + 1 :]
+                self.in_headers = True
+            break
+
+    def _headers_end(self) -> None:
+        value = self.content_type.strip()
+        self.content_type, self.collecting = b"", False
+        self.in_headers = False
+        kind = value.split(b";", 1)[0].strip().lower()
+        if kind.startswith(b"multipart/"):
+            found = _BOUNDARY.search(value)
+            if found:
+                self.open.append(found.group(1) or found.group(2))
+        elif kind == b"message/rfc822":
+            self.open.append(None)
+            self.in_headers = True  # the enclosed message's headers follow
+        self.deepest = max(self.deepest, len(self.open))
+
+
+class _State(enum.Enum):
+    NOMINAL = enum.auto()
+    TOO_MUCH = enum.auto()
+    TOO_LONG = enum.auto()
+    TOO_DEEP = enum.auto()
+
+
+class BoundedSMTP(SMTP):
+    """One SMTP connection. The message of a DATA reaches the handler as
+    `envelope.spool` (a file at its start) and `envelope.size`; `content` is None."""
+
+    def __init__(self, handler: Any, *, gate: Gate, spool_dir: Path | None, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.gate = gate
+        self.spool_dir = spool_dir
+
+    async def _handle_client(self) -> None:
+        assert self.session is not None and self.transport is not None
+        peer = self.session.peer
+        address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if not self.gate.admit(address):
+            await self.push(TOO_MANY_CONNECTIONS)
+            self.transport.close()
+            return
+        try:
+            await super()._handle_client()
+        finally:
+            self.gate.leave(address)
+
+    async def smtp_RCPT(self, arg: str) -> None:
+        if self.envelope is not None and len(self.envelope.rcpt_tos) >= MAX_RECIPIENTS:
+            await self.push(TOO_MANY_RECIPIENTS)
+            return
+        await super().smtp_RCPT(arg)
+
+    async def smtp_DATA(self, arg: str) -> None:
+        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
+            return
+        assert self.envelope is not None
+        if not self.envelope.rcpt_tos:
+            await self.push("503 Error: need RCPT command")
+            return
+        if arg:
+            await self.push("501 Syntax: DATA")
+            return
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (closed below, or by the hook)
+            max_size=SPOOL_IN_MEMORY, dir=None if self.spool_dir is None else str(self.spool_dir)
+        )
+        try:
+            state, size = await self._receive(spool)
+            if state is not _State.NOMINAL:
+                answer = {
+                    _State.TOO_MUCH: TOO_MUCH,
+                    _State.TOO_LONG: TOO_LONG,
+                    _State.TOO_DEEP: TOO_DEEP,
+                }[state]
+                self._set_post_data_state()  # type: ignore[no-untyped-call]
+                await self.push(answer)
+                return
+            spool.seek(0)
+            self.envelope.content = self.envelope.original_content = None
+            self.envelope.spool = spool  # type: ignore[attr-defined]
+            self.envelope.size = size  # type: ignore[attr-defined]
+            status = await self._call_handler_hook("DATA")
+        finally:
+            spool.close()
+        self._set_post_data_state()  # type: ignore[no-untyped-call]
+        await self.push("250 OK" if status is MISSING else status)
+
+    async def _receive(self, spool: IO[bytes]) -> tuple[_State, int]:
+        """Read the message up to its lone dot into `spool` (dots unstuffed); how it
+        went and its size. Past a bound the rest is read and dropped, and the answer
+        waits for the end of the data (RFC 5321 4.2.5)."""
+        limit = self.data_size_limit
+        nesting = Nesting()
+        state, size, partial = _State.NOMINAL, 0, False
+        while self.transport is not None:
+            try:
+                line = await self._reader.readuntil(b"\r\n")
+            except asyncio.LimitOverrunError as exc:
+                if state is _State.NOMINAL:
+                    state = _State.TOO_LONG
+                await self._reader.read(exc.consumed)
+                partial = True
+                continue
+            if partial:  # the end of a line too long: dropped
+                partial = False
+                continue
+            if line == b".\r\n":
+                break
+            size += len(line)
+            if state is not _State.NOMINAL:
+                continue
+            if limit and size > limit:
+                state = _State.TOO_MUCH
+                continue
+            if line.startswith(b"."):
+                line = line[1:]
+            nesting.feed(line)
+            if nesting.deepest > MAX_DEPTH:
+                state = _State.TOO_DEEP
+                continue
+            spool.write(line)
+        return state, size

@@ -1,0 +1,124 @@
+"""The SMTP server's bounds over real sockets (contract 12): attachments per message,
+MIME nesting, recipients per message, connections in all and per address; past each,
+the documented reply, nothing stored, and the server goes on serving."""
+
+from __future__ import annotations
+
+import smtplib
+import socket
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
+from tests.inbox.conftest import message, send
+
+pytestmark = pytest.mark.http
+
+BODY = (CSV_HEADER + csv_rows(2)).encode()
+
+
+def _transactions(tenant: FileTenant) -> list[dict[str, Any]]:
+    run_worker(tenant.client)
+    return tenant.transactions(channel="email", page_size=100)["data"]  # type: ignore[no-any-return]
+
+
+def test_attachments_past_the_limit_are_552_and_nothing_is_stored(
+    make_smtp: Any, mail_tenant: FileTenant, inbox: dict[str, Any]
+) -> None:
+    server = make_smtp(email_max_attachments=3)
+    files = [(f"f{n}.csv", "text/csv", BODY) for n in range(4)]
+    with pytest.raises(smtplib.SMTPDataError) as refused:
+        send(server.port, message(inbox["address"], attachments=files))
+    assert refused.value.smtp_code == 552 and b"at most 3" in refused.value.smtp_error
+    assert _transactions(mail_tenant) == []
+    # other attachments do not count; three supported ones pass
+    allowed = [*files[:3], ("notes.pdf", "application/pdf", b"%PDF")]
+    assert send(server.port, message(inbox["address"], attachments=allowed)) == {}
+    assert len(_transactions(mail_tenant)) == 3
+
+
+def _nested(levels: int, address: str) -> bytes:
+    """A message whose CSV attachment sits `levels` multiparts deep."""
+    head = f"From: ann@example.com\r\nTo: {address}\r\nSubject: deep\r\nMIME-Version: 1.0\r\n"
+    opening, closing = [], []
+    for n in range(levels):
+        headers = head if n == 0 else ""
+        opening.append(f'{headers}Content-Type: multipart/mixed; boundary="b{n}"\r\n\r\n--b{n}\r\n')
+        closing.insert(0, f"\r\n--b{n}--\r\n")
+    part = (
+        'Content-Type: text/csv\r\nContent-Disposition: attachment; filename="deep.csv"\r\n\r\n'
+        + BODY.decode().replace("\n", "\r\n")
+    )
+    return ("".join(opening) + part + "".join(closing)).encode()
+
+
+@pytest.mark.parametrize(("levels", "code"), [(10, 250), (11, 554), (20_000, 554)])
+def test_mime_nested_deeper_than_ten_is_554(
+    smtp_server: Any, mail_tenant: FileTenant, inbox: dict[str, Any], levels: int, code: int
+) -> None:
+    with smtplib.SMTP("127.0.0.1", smtp_server.port, timeout=60) as smtp:
+        smtp.ehlo()
+        smtp.mail("ann@example.com")
+        smtp.rcpt(inbox["address"])
+        answer, text = smtp.data(_nested(levels, inbox["address"]))
+        assert answer == code, text
+        assert smtp.noop()[0] == 250  # the session goes on
+    assert len(_transactions(mail_tenant)) == (1 if code == 250 else 0)
+
+
+def test_recipients_past_one_hundred_are_452(
+    smtp_server: Any, mail_tenant: FileTenant, inbox: dict[str, Any]
+) -> None:
+    with smtplib.SMTP("127.0.0.1", smtp_server.port, timeout=60) as smtp:
+        smtp.ehlo()
+        smtp.mail("ann@example.com")
+        answers = [smtp.rcpt(inbox["address"])[0] for _ in range(105)]
+        assert answers == [250] * 100 + [452] * 5
+        mail = message(inbox["address"], attachments=[("a.csv", "text/csv", BODY)])
+        assert smtp.data(mail.as_bytes())[0] == 250
+    assert len(_transactions(mail_tenant)) == 1  # one inbox: one copy
+
+
+def _greeting(source: str, port: int) -> tuple[socket.socket, bytes]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+    return sock, sock.recv(1024)
+
+
+def test_connections_are_bounded_in_all_and_per_address(
+    make_smtp: Any, mail_tenant: FileTenant, inbox: dict[str, Any]
+) -> None:
+    server = make_smtp(smtp_max_connections=14)
+    held = []
+    try:
+        greetings = []
+        for _ in range(12):
+            sock, greeting = _greeting("127.0.0.2", server.port)
+            held.append(sock)
+            greetings.append(greeting[:3])
+        assert greetings == [b"220"] * 10 + [b"421"] * 2
+        for _ in range(4):
+            sock, greeting = _greeting("127.0.0.3", server.port)
+            held.append(sock)
+            greetings.append(greeting[:3])
+        assert greetings[12:] == [b"220"] * 4  # 10 + 4: the bound in all is reached
+        sock, greeting = _greeting("127.0.0.4", server.port)
+        held.append(sock)
+        assert greeting.startswith(b"421 ")
+    finally:
+        for sock in held:
+            sock.close()
+    # once they have gone, another address sends as before
+    mail = message(
+        inbox["address"],
+        attachments=[("a.csv", "text/csv", BODY)],
+        message_id=f"<{uuid.uuid4()}@example.com>",
+    )
+    for _ in range(50):
+        try:
+            assert send(server.port, mail) == {}
+            break
+        except smtplib.SMTPConnectError:
+            pass  # the closed sockets are still being counted out
+    assert len(_transactions(mail_tenant)) == 1
