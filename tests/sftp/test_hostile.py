@@ -169,6 +169,29 @@ def test_handles_per_session_are_bounded_and_the_session_goes_on(
     assert count == 8 and reason == "too many open files" and works
 
 
+def test_open_handles_hold_no_file_descriptors(make_sftp: Any, account: Account) -> None:
+    """An idle upload handle costs the server no descriptor: handles opened by the
+    thousand never take the process to its descriptor limit, where every other
+    company's login would fail."""
+    server = make_sftp()
+    folder = f"/{account.tenant.client_id}/orders"
+    descriptors = Path(f"/proc/{server.process.pid}/fd")
+
+    async def hold() -> tuple[int, int]:
+        async with _connect_from(server, account) as conn, conn.start_sftp_client() as sftp:
+            before = len(list(descriptors.iterdir()))
+            handles = [await sftp.open(f"{folder}/h{n}.csv.part", "wb") for n in range(60)]
+            for handle in handles:
+                await handle.write(b"order_id,amount\n")
+            during = len(list(descriptors.iterdir()))
+            for handle in handles:
+                await handle.close()
+            return before, during
+
+    before, during = asyncio.run(hold())
+    assert during - before < 10, (before, during)
+
+
 def test_channels_per_connection_are_bounded(make_sftp: Any, account: Account) -> None:
     server = make_sftp()
     folder = f"/{account.tenant.client_id}/orders"

@@ -44,6 +44,11 @@ class Writer(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
+    def rest(self) -> None:
+        """Let go of what the writer holds between pieces (a file descriptor): a file
+        that waits for its next piece, such as an idle SFTP handle, costs none."""
+        ...
+
     def commit(self) -> None: ...
 
     def discard(self) -> None: ...
@@ -195,18 +200,27 @@ class Incoming:
         self.final = final
         self.size = 0
         self._md5 = hashlib.md5(usedforsecurity=False)
-        self._file: io.BufferedWriter = part.open("xb")
+        self._file: io.BufferedWriter | None = part.open("xb")
 
     def write(self, data: bytes) -> None:
+        if self._file is None:
+            self._file = self.part.open("ab")
         self._file.write(data)
         self._md5.update(data)
         self.size += len(data)
+
+    def rest(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     @property
     def etag(self) -> str:
         return self._md5.hexdigest()
 
     def commit(self) -> None:
+        if self._file is None:
+            self._file = self.part.open("ab")
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
@@ -218,7 +232,8 @@ class Incoming:
             os.close(directory)
 
     def discard(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         with contextlib.suppress(FileNotFoundError):
             self.part.unlink()
 
@@ -390,6 +405,9 @@ class S3Incoming:
         self._held_bytes += len(data)
         if self._held_bytes >= self.PART:
             self._send_part()
+
+    def rest(self) -> None:
+        return None  # parts go out as they fill; nothing is held between writes
 
     def _send_part(self) -> None:
         if self._upload_id is None:

@@ -312,6 +312,11 @@ class _Upload:
         self.failed: str | None = None
 
 
+def _write_piece(writer: Writer, piece: bytes) -> None:
+    writer.write(piece)
+    writer.rest()
+
+
 class _Receipt:
     def __init__(self, body: bytes) -> None:
         self.body = body
@@ -523,6 +528,7 @@ class Tree(asyncssh.SFTPServer):
         file_id = uuid.uuid4()
         key = self.hub.store.object_key(company_id=self.account.company_id, file_id=file_id)
         writer = await self.hub.run(self.hub.store.incoming_file, key)
+        await self.hub.run(writer.rest)  # an idle handle holds no file descriptor
         return _Upload(parts, file_id=file_id, key=key, writer=writer)
 
     async def read(self, file_obj: object, offset: int, size: int) -> bytes:
@@ -552,7 +558,7 @@ class Tree(asyncssh.SFTPServer):
     async def _flush(self, upload: _Upload) -> None:
         piece = b"".join(upload.pending)
         upload.pending, upload.pending_bytes = [], 0
-        await self.hub.run(upload.writer.write, piece)
+        await self.hub.run(_write_piece, upload.writer, piece)
         metrics.BYTES.inc(len(piece))
 
     def _ending(self) -> bool:
