@@ -9,7 +9,10 @@
     blank lines from one company while another uploads a small CSV every 2 s. Targets:
     each small file completes within 30 s; both hostile files end `rejected`.
 
-  .venv/bin/python -m bench.hostile [--seconds 20] [--workers 2]
+(c) and (d): hostile load on the SFTP and SMTP doors (`bench.hostile_channels` says
+    what each measures and its targets).
+
+  .venv/bin/python -m bench.hostile [--seconds 20] [--workers 2] [--only a|b|c|d]
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tests.http_server import free_port
 
+from bench import hostile_channels as channels
 from bench.common import (
     OPERATOR,
     SECRET,
@@ -344,17 +349,47 @@ def phase_b(seconds: int, workers: int) -> None:
             asyncio.run(hostile_files(url, seconds))
 
 
+def phases_cd(args: argparse.Namespace, only: str | None) -> None:
+    sftp_port, smtp_port = free_port(), free_port()
+    with bench_database("headwater_bench_hostile_cd") as database_url:
+        env = server_env(
+            database_url,
+            HEADWATER_LOG_LEVEL="WARNING",
+            HEADWATER_SFTP_PORT=str(sftp_port),
+            HEADWATER_SMTP_PORT=str(smtp_port),
+        )
+        with production_server(env, args.workers) as url:
+            if only in (None, "c"):
+                channels.phase_c(url, sftp_port, args.seconds)
+            if only in (None, "d"):
+                channels.phase_d(
+                    url,
+                    sftp_port,
+                    smtp_port,
+                    senders=args.senders,
+                    each=args.messages,
+                    megabytes=args.message_mb,
+                    rounds=args.rounds,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--only", choices=["a", "b"], default=None)
+    parser.add_argument("--only", choices=["a", "b", "c", "d"], default=None)
+    parser.add_argument("--senders", type=int, default=100, help="(d) SMTP connections")
+    parser.add_argument("--messages", type=int, default=1, help="(d) messages a connection")
+    parser.add_argument("--message-mb", type=float, default=24.5, help="(d) message size")
+    parser.add_argument("--rounds", type=int, default=2, help="(d) A B rounds")
     args = parser.parse_args()
     if args.only in (None, "a"):
         phase_a(args.seconds, args.workers, lifted=False)
         phase_a(args.seconds, args.workers, lifted=True)
     if args.only in (None, "b"):
         phase_b(args.seconds, args.workers)
+    if args.only in (None, "c", "d"):
+        phases_cd(args, args.only)
 
 
 if __name__ == "__main__":
