@@ -380,7 +380,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["a", "b", "c", "d"], default=None)
     parser.add_argument("--senders", type=int, default=100, help="(d) SMTP connections")
     parser.add_argument("--messages", type=int, default=1, help="(d) messages a connection")
-    parser.add_argument("--message-mb", type=float, default=24.5, help="(d) message size")
+    parser.add_argument("--message-mb", type=float, default=24.0, help="(d) message MiB")
     parser.add_argument("--rounds", type=int, default=2, help="(d) A B rounds")
     args = parser.parse_args()
     if args.only in (None, "a"):

@@ -122,3 +122,19 @@ def test_connections_are_bounded_in_all_and_per_address(
         except smtplib.SMTPConnectError:
             pass  # the closed sockets are still being counted out
     assert len(_transactions(mail_tenant)) == 1
+
+
+def test_lines_that_begin_with_a_dot_arrive_as_sent(
+    smtp_server: Any, mail_tenant: FileTenant, inbox: dict[str, Any]
+) -> None:
+    """The client doubles a leading dot and the server takes one off, in whatever
+    blocks the data arrives; a lone dot inside a line is data."""
+    ahead = [("notes.pdf", "application/pdf", bytes(range(256)) * 4096)]  # 1 MiB first
+    mail = message(inbox["address"], attachments=ahead)
+    text = "order_id,amount\n.A-1,1\n..A-2,2\nA.3,3\n" + "".join(f".D-{n},{n}\n" for n in range(60))
+    mail.add_attachment(text, subtype="csv", filename="dots.csv", cte="7bit")
+    assert send(smtp_server.port, mail) == {}
+    [transaction] = _transactions(mail_tenant)
+    assert transaction["status"] == "completed", transaction["errors"]
+    ids = {r["data"]["order_id"] for r in mail_tenant.records(page_size=100)}
+    assert ids == {".A-1", "..A-2", "A.3"} | {f".D-{n}" for n in range(60)}

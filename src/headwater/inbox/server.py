@@ -99,7 +99,7 @@ class Digest:
 
 
 PARSE_PIECE = 1024 * 1024
-PARSE_AT_ONCE = 2  # messages parsed at the same time: what bounds the process's memory
+PARSE_AT_ONCE = 1  # messages parsed at the same time: what bounds the process's memory
 ANSWER_SECONDS = 50  # a message is answered within 60 s of its final dot (contract 12)
 
 

@@ -22,6 +22,7 @@ MAX_DEPTH = 10  # MIME parts within parts
 MAX_RECIPIENTS = 100
 MAX_PER_ADDRESS = 10  # connections at once from one address
 SPOOL_IN_MEMORY = 256 * 1024  # a message's first bytes stay in memory, the rest on disk
+READ_BLOCK = 256 * 1024
 
 TOO_MANY_CONNECTIONS = "421 4.7.0 Too many connections: try again later"
 TOO_MANY_RECIPIENTS = f"452 4.5.3 Too many recipients: at most {MAX_RECIPIENTS} a message"
@@ -53,6 +54,7 @@ class Gate:
             self.open.pop(address, None)
 
 
+_LONG_LINE = re.compile(rb"[^\n]{1001}")  # a line of more than 1,000 bytes and its CRLF
 _BOUNDARY = re.compile(rb'boundary\s*=\s*(?:"([^"]+)"|([^;\s]+))', re.IGNORECASE)
 
 
@@ -66,6 +68,21 @@ class Nesting:
         self.content_type = b""
         self.collecting = False
         self.deepest = 0
+
+    def feed_block(self, block: bytes) -> None:
+        """Whole lines: each line of a header block, and in a body only the lines that
+        begin with `--` (the only ones that can close or open a part)."""
+        position, end = 0, len(block)
+        while position < end:
+            if not self.in_headers and not block.startswith(b"--", position):
+                found = block.find(b"\n--", position)
+                if found < 0:
+                    return
+                position = found + 1
+            stop = block.find(b"\n", position)
+            stop = end if stop < 0 else stop + 1
+            self.feed(block[position:stop])
+            position = stop
 
     def feed(self, line: bytes) -> None:
         """One whole line, its CRLF included."""
@@ -183,35 +200,62 @@ class BoundedSMTP(SMTP):
     async def _receive(self, spool: IO[bytes]) -> tuple[_State, int]:
         """Read the message up to its lone dot into `spool` (dots unstuffed); how it
         went and its size. Past a bound the rest is read and dropped, and the answer
-        waits for the end of the data (RFC 5321 4.2.5)."""
+        waits for the end of the data (RFC 5321 4.2.5).
+
+        The data is taken a block of whole lines at a time, not a line at a time: a
+        25 MB message is 330,000 lines, and a coroutine step per line made the SMTP
+        process the busiest on the machine. Bytes after the lone dot (a pipelining
+        client's next command) go back to the reader."""
         limit = self.data_size_limit
         nesting = Nesting()
-        state, size, partial = _State.NOMINAL, 0, False
+        state, size = _State.NOMINAL, 0
+        pending = b""
         while self.transport is not None:
-            try:
-                line = await self._reader.readuntil(b"\r\n")
-            except asyncio.LimitOverrunError as exc:
-                if state is _State.NOMINAL:
+            chunk = await self._reader.read(READ_BLOCK)
+            if not chunk:  # the client went away: the handler is being cancelled
+                raise asyncio.CancelledError()
+            data = pending + chunk
+            cut = data.rfind(b"\r\n") + 2
+            if cut < 2:  # no whole line yet
+                pending = data
+                if len(pending) > self.line_length_limit and state is _State.NOMINAL:
                     state = _State.TOO_LONG
-                await self._reader.read(exc.consumed)
-                partial = True
+                    pending = pending[-1:]  # keep a possible CR; the rest is dropped
                 continue
-            if partial:  # the end of a line too long: dropped
-                partial = False
-                continue
-            if line == b".\r\n":
-                break
-            size += len(line)
-            if state is not _State.NOMINAL:
-                continue
-            if limit and size > limit:
-                state = _State.TOO_MUCH
-                continue
-            if line.startswith(b"."):
-                line = line[1:]
-            nesting.feed(line)
-            if nesting.deepest > MAX_DEPTH:
-                state = _State.TOO_DEEP
-                continue
-            spool.write(line)
+            block, pending = data[:cut], data[cut:]
+            end = 0 if block.startswith(b".\r\n") else block.find(b"\r\n.\r\n") + 2
+            if end >= 2 or block.startswith(b".\r\n"):
+                leftover = block[end + 3 :] + pending
+                block = block[:end]
+                if leftover:
+                    self._reader._buffer[0:0] = leftover  # type: ignore[attr-defined]
+                state, size = self._take(block, spool, nesting, state, size, limit)
+                return state, size
+            state, size = self._take(block, spool, nesting, state, size, limit)
+        return state, size
+
+    def _take(
+        self,
+        block: bytes,
+        spool: IO[bytes],
+        nesting: Nesting,
+        state: _State,
+        size: int,
+        limit: int | None,
+    ) -> tuple[_State, int]:
+        """One block of whole lines of the message (the lone dot excluded)."""
+        size += len(block)
+        if state is not _State.NOMINAL or not block:
+            return state, size
+        if limit and size > limit:
+            return _State.TOO_MUCH, size
+        if _LONG_LINE.search(block):
+            return _State.TOO_LONG, size
+        if block.startswith(b"."):
+            block = block[1:]
+        block = block.replace(b"\r\n.", b"\r\n")
+        nesting.feed_block(block)
+        if nesting.deepest > MAX_DEPTH:
+            return _State.TOO_DEEP, size
+        spool.write(block)
         return state, size
