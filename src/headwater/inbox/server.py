@@ -16,9 +16,6 @@ import io
 import ssl
 import uuid
 from dataclasses import dataclass
-from email import policy
-from email.message import EmailMessage
-from email.parser import BytesFeedParser
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,10 +28,10 @@ from headwater.db import Database
 from headwater.files import parsers
 from headwater.files import service as files
 from headwater.files.stores import Store, make_store
-from headwater.inbox import metrics
+from headwater.inbox import metrics, mime
 from headwater.inbox import service as inboxes
 from headwater.inbox.service import Recipient
-from headwater.inbox.session import TOO_DEEP, BoundedSMTP, Gate
+from headwater.inbox.session import BoundedSMTP, Gate
 from headwater.kit import memory
 
 log = structlog.get_logger("headwater.email")
@@ -50,45 +47,17 @@ TRY_LATER = "451 4.3.0 The message could not be stored; try again later"
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
+    """A supported attachment: its name, content type, and where its body lies in the
+    spooled message (decoded from there straight into the store)."""
+
     name: str
     content_type: str
-    data: bytes
+    leaf: mime.Leaf
+    encoding: str
 
 
 class TooManyAttachments(Exception):
     """More supported attachments than a message may carry."""
-
-
-def attachments(
-    message: EmailMessage, *, most: int | None = None
-) -> tuple[list[Attachment], list[str]]:
-    """The supported attachments (by content type or file name), and the names of the
-    others. The message's own text is not data. Past `most` supported attachments,
-    TooManyAttachments, before any is decoded."""
-    chosen: list[tuple[str, str, EmailMessage]] = []
-    ignored: list[str] = []
-    for part in message.walk():
-        if part.is_multipart():
-            continue
-        name = part.get_filename()
-        disposition = part.get_content_disposition()
-        if name is None and disposition != "attachment":
-            continue  # the body
-        given = part.get_content_type()
-        kind = given if given in parsers.CONTENT_TYPES else None
-        kind = kind or (parsers.content_type_of(name) if name else None)
-        label = name or f"(unnamed {given})"
-        if kind is None:
-            ignored.append(label)
-            continue
-        chosen.append((label, kind, part))
-        if most is not None and len(chosen) > most:
-            raise TooManyAttachments()
-    found = []
-    for label, kind, part in chosen:
-        payload = part.get_payload(decode=True)
-        found.append(Attachment(label, kind, payload if isinstance(payload, bytes) else b""))
-    return found, ignored
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,44 +67,66 @@ class Digest:
     sha256: str
 
 
-PARSE_PIECE = 1024 * 1024
-PARSE_AT_ONCE = 1  # messages parsed at the same time: what bounds the process's memory
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A received message as the handler uses it: its supported attachments, the names
+    of the others, its digest, and the spool its bodies are read from."""
+
+    found: list[Attachment]
+    ignored: list[str]
+    digest: Digest
+    spool: IO[bytes]
+
+
+READ_AT_ONCE = 2  # messages whose parts are read at the same time
 ANSWER_SECONDS = 50  # a message is answered within 60 s of its final dot (contract 12)
 
 
-def _source(envelope: Envelope) -> IO[bytes]:
-    """The message's bytes: the spool BoundedSMTP wrote, or aiosmtpd's own content."""
+def _structure(envelope: Envelope) -> tuple[IO[bytes], mime.Structure, str]:
+    """The message's spool, structure and SHA-256: BoundedSMTP's, or made here from
+    aiosmtpd's own content (a caller that drives the handler itself)."""
     spool: IO[bytes] | None = getattr(envelope, "spool", None)
     if spool is not None:
-        return spool
+        return spool, envelope.structure, envelope.sha256  # type: ignore[attr-defined]
     content = envelope.original_content or envelope.content or b""
+    raw = content if isinstance(content, bytes) else content.encode()
     envelope.original_content = envelope.content = None
-    return io.BytesIO(content if isinstance(content, bytes) else content.encode())
+    lines = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")  # as SMTP carries them
+    structure = mime.Structure()
+    structure.feed_block(lines)
+    return io.BytesIO(lines), structure, hashlib.sha256(lines).hexdigest()
 
 
-def parse(envelope: Envelope) -> tuple[EmailMessage, Digest]:
-    """The message, parsed a piece at a time from its spool."""
-    source = _source(envelope)
-    digest = hashlib.sha256()
-    parser = BytesFeedParser(policy=policy.default)
-    while piece := source.read(PARSE_PIECE):
-        digest.update(piece)
-        parser.feed(piece)
-    message = parser.close()
-    assert isinstance(message, EmailMessage)
-    return message, Digest(
-        message_id=str(message.get("Message-ID") or "").strip(),
-        subject=str(message.get("Subject") or ""),
-        sha256=digest.hexdigest(),
+def read(envelope: Envelope, most: int | None = None) -> Message:
+    """The message's supported attachments (by content type or file name), the names of
+    the others, and its digest. The message's own text is not data. Past `most`
+    supported attachments, TooManyAttachments."""
+    spool, structure, sha256 = _structure(envelope)
+    found: list[Attachment] = []
+    ignored: list[str] = []
+    for leaf in structure.finish():
+        part = leaf.header()
+        name = part.get_filename()
+        if name is None and part.get_content_disposition() != "attachment":
+            continue  # the body
+        given = part.get_content_type()
+        kind = given if given in parsers.CONTENT_TYPES else None
+        kind = kind or (parsers.content_type_of(name) if name else None)
+        label = name or f"(unnamed {given})"
+        if kind is None:
+            ignored.append(label)
+            continue
+        encoding = str(part.get("Content-Transfer-Encoding") or "7bit").strip().lower()
+        found.append(Attachment(label, kind, leaf, encoding))
+        if most is not None and len(found) > most:
+            raise TooManyAttachments()
+    top = mime.Leaf(structure.top_headers or b"", 0).header()
+    digest = Digest(
+        message_id=str(top.get("Message-ID") or "").strip(),
+        subject=str(top.get("Subject") or ""),
+        sha256=sha256,
     )
-
-
-def read(envelope: Envelope, most: int | None = None) -> tuple[list[Attachment], list[str], Digest]:
-    """The message's supported attachments, the names of the others, and its digest;
-    only the attachments' bytes are kept."""
-    message, digest = parse(envelope)
-    found, ignored = attachments(message, most=most)
-    return found, ignored, digest
+    return Message(found, ignored, digest, spool)
 
 
 class Handler:
@@ -146,7 +137,7 @@ class Handler:
         self.store = store
         self.settings = settings
         self.replies = inboxes.relay_settings(settings) is not None
-        self.parsing = anyio.CapacityLimiter(PARSE_AT_ONCE)
+        self.parsing = anyio.CapacityLimiter(READ_AT_ONCE)
 
     async def run(self, call: Any, *args: Any) -> Any:
         return await anyio.to_thread.run_sync(call, *args)
@@ -186,29 +177,24 @@ class Handler:
         # where the other sessions wait, and a few at a time, which bounds memory
         most = self.settings.email_max_attachments
         try:
-            found, ignored, digest = await anyio.to_thread.run_sync(
-                read, envelope, most, limiter=self.parsing
-            )
+            message = await anyio.to_thread.run_sync(read, envelope, most, limiter=self.parsing)
         except TooManyAttachments:
             metrics.REFUSED.labels("attachments").inc()
             return (
                 f"552 5.3.4 Too many attachments: at most {most} CSV, JSON or NDJSON "
                 "attachments a message (HEADWATER_EMAIL_MAX_ATTACHMENTS)"
             )
-        except RecursionError:  # nesting the line scanner could not see (no boundaries)
-            metrics.REFUSED.labels("nesting").inc()
-            return TOO_DEEP
-        if not found:
+        if not message.found:
             metrics.REFUSED.labels("no_attachment").inc()
-            log.info("email refused: no usable attachment", ignored=len(ignored))
+            log.info("email refused: no usable attachment", ignored=len(message.ignored))
             return NOTHING_USABLE
+        digest = message.digest
         message_id = digest.message_id or f"<sha256-{digest.sha256}@headwater>"
         sender = (envelope.mail_from or "").lower()
-        subject = digest.subject
         taken = 0
         for to in getattr(envelope, "headwater_recipients", []):
             try:
-                taken += await self._take(to, message_id, sender, subject, found, ignored)
+                taken += await self._take(to, message_id, sender, message)
             except Exception as exc:
                 log.error("email not stored", error=str(exc).splitlines()[0])
                 return TRY_LATER
@@ -220,17 +206,13 @@ class Handler:
         to: Recipient,
         message_id: str,
         sender: str,
-        subject: str,
-        found: list[Attachment],
-        ignored: list[str],
+        message: Message,
     ) -> int:
         """`_store` on a thread that runs to its end even if the connection drops or
         times out meanwhile: once its unit of work has committed, the message is
         accepted, and only that thread knows whether it did (contract 12)."""
         loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(
-            None, self._store, to, message_id, sender, subject, found, ignored
-        )
+        work = loop.run_in_executor(None, self._store, to, message_id, sender, message)
         return await asyncio.shield(work)
 
     def _store(
@@ -238,31 +220,31 @@ class Handler:
         to: Recipient,
         message_id: str,
         sender: str,
-        subject: str,
-        found: list[Attachment],
-        ignored: list[str],
+        message: Message,
     ) -> int:
-        """Store the attachments, then their transactions and the message in one unit of
-        work; a Message-ID seen in 24 h stores nothing. How many transactions. The
-        stored bytes are removed only when that unit of work did not commit."""
+        """Store the attachments (decoded from the spool a piece at a time), then their
+        transactions and the message in one unit of work; a Message-ID seen in 24 h
+        stores nothing. How many transactions. The stored bytes are removed only when
+        that unit of work did not commit."""
         if self._seen(to, message_id):
             log.info("email repeated: stored once", inbox_id=str(to.inbox_id))
             return 0
         stored: list[tuple[Attachment, uuid.UUID, str, Any]] = []
         ids: list[uuid.UUID] | None = None
         try:
-            for attachment in found:
+            for attachment in message.found:
                 file_id = uuid.uuid4()
                 key = self.store.object_key(company_id=to.company_id, file_id=file_id)
                 writer = self.store.incoming_file(key)
                 try:
-                    writer.write(attachment.data)
+                    for piece in mime.body(message.spool, attachment.leaf, attachment.encoding):
+                        writer.write(piece)
                     writer.commit()
                 except BaseException:
                     writer.discard()
                     raise
                 stored.append((attachment, file_id, key, writer))
-            ids = self._accept(to, message_id, sender, subject, stored, ignored)
+            ids = self._accept(to, message_id, sender, message, stored)
         finally:
             if ids is None:  # not committed, or a repeat that arrived meanwhile
                 for _, _, key, _ in stored:
@@ -275,7 +257,7 @@ class Handler:
             "email received",
             inbox_id=str(to.inbox_id),
             transaction_ids=[str(i) for i in ids],
-            ignored=len(ignored),
+            ignored=len(message.ignored),
         )
         return len(ids)
 
@@ -288,9 +270,8 @@ class Handler:
         to: Recipient,
         message_id: str,
         sender: str,
-        subject: str,
+        message: Message,
         stored: list[tuple[Attachment, uuid.UUID, str, Any]],
-        ignored: list[str],
     ) -> list[uuid.UUID] | None:
         """The transactions made, or None when another copy of the message took its
         Message-ID first (nothing is then committed)."""
@@ -321,9 +302,9 @@ class Handler:
                 to,
                 message_id=message_id,
                 sender=sender,
-                subject=subject,
+                subject=message.digest.subject,
                 transaction_ids=ids,
-                ignored=ignored,
+                ignored=message.ignored,
                 replies=self.replies,
             )
         return ids

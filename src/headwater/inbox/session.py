@@ -1,8 +1,8 @@
 """aiosmtpd's SMTP session with the bounds of contract 12: connections in all and per
 address (421), recipients per message (452), and a message spooled to an unlinked
-temporary file as it arrives instead of held in memory, its MIME nesting followed line
-by line so that a message nested deeper than `MAX_DEPTH` is refused (554) before any
-parser sees it.
+temporary file as it arrives instead of held in memory, its MIME structure followed as
+it comes (`mime.Structure`) so that a message nested deeper than `MAX_DEPTH` is refused
+(554) and its parts are found without a parser holding it.
 
 Everything else (commands, EHLO, STARTTLS, SIZE, the handler's hooks) is aiosmtpd's.
 """
@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import re
 import tempfile
 from pathlib import Path
 from typing import IO, Any
 
 from aiosmtpd.smtp import MISSING, SMTP
+
+from headwater.inbox.mime import Structure
 
 MAX_DEPTH = 10  # MIME parts within parts
 MAX_RECIPIENTS = 100
@@ -55,76 +58,6 @@ class Gate:
 
 
 _LONG_LINE = re.compile(rb"[^\n]{1001}")  # a line of more than 1,000 bytes and its CRLF
-_BOUNDARY = re.compile(rb'boundary\s*=\s*(?:"([^"]+)"|([^;\s]+))', re.IGNORECASE)
-
-
-class Nesting:
-    """A message's MIME structure followed one line at a time, as it arrives: how deep
-    its multipart and message/rfc822 parts nest (`deepest`)."""
-
-    def __init__(self) -> None:
-        self.open: list[bytes | None] = []  # boundaries of open multiparts; None: a message
-        self.in_headers = True
-        self.content_type = b""
-        self.collecting = False
-        self.deepest = 0
-
-    def feed_block(self, block: bytes) -> None:
-        """Whole lines: each line of a header block, and in a body only the lines that
-        begin with `--` (the only ones that can close or open a part)."""
-        position, end = 0, len(block)
-        while position < end:
-            if not self.in_headers and not block.startswith(b"--", position):
-                found = block.find(b"\n--", position)
-                if found < 0:
-                    return
-                position = found + 1
-            stop = block.find(b"\n", position)
-            stop = end if stop < 0 else stop + 1
-            self.feed(block[position:stop])
-            position = stop
-
-    def feed(self, line: bytes) -> None:
-        """One whole line, its CRLF included."""
-        if self.in_headers:
-            text = line.rstrip(b"\r\n")
-            if not text:
-                self._headers_end()
-            elif line[:1] in (b" ", b"\t"):
-                if self.collecting:
-                    self.content_type += text
-            else:
-                self.collecting = text[:13].lower() == b"content-type:"
-                if self.collecting:
-                    self.content_type = text[13:]
-            return
-        if not line.startswith(b"--"):
-            return
-        for level in range(len(self.open) - 1, -1, -1):
-            boundary = self.open[level]
-            if boundary is None or not line.startswith(b"--" + boundary):
-                continue
-            rest = line[2 + len(boundary) :].rstrip(b"\r\n \t")
-            if rest == b"--":  # the multipart ends
-                del self.open[level:]
-            elif not rest:  # a new part of it begins, with headers
-                del self.open[level + 1 :]
-                self.in_headers = True
-            break
-
-    def _headers_end(self) -> None:
-        value = self.content_type.strip()
-        self.content_type, self.collecting = b"", False
-        self.in_headers = False
-        kind = value.split(b";", 1)[0].strip().lower()
-        if kind.startswith(b"multipart/"):
-            found = _BOUNDARY.search(value)
-            if found:
-                self.open.append(found.group(1) or found.group(2))
-        elif kind == b"message/rfc822":
-            self.open.append(None)
-            self.in_headers = True  # the enclosed message's headers follow
-        self.deepest = max(self.deepest, len(self.open))
 
 
 class _State(enum.Enum):
@@ -136,7 +69,12 @@ class _State(enum.Enum):
 
 class BoundedSMTP(SMTP):
     """One SMTP connection. The message of a DATA reaches the handler as
-    `envelope.spool` (a file at its start) and `envelope.size`; `content` is None."""
+    `envelope.spool` (a file), `envelope.structure` (its parts), `envelope.sha256` and
+    `envelope.size`; `content` is None."""
+
+    # aiosmtpd's reader limit: command lines are bounded by its command size limit; this
+    # lets DATA arrive in large reads (a 1,001-byte limit paused the socket every 2 KB)
+    line_length_limit = 64 * 1024
 
     def __init__(self, handler: Any, *, gate: Gate, spool_dir: Path | None, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
@@ -176,8 +114,9 @@ class BoundedSMTP(SMTP):
         spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (closed below, or by the hook)
             max_size=SPOOL_IN_MEMORY, dir=None if self.spool_dir is None else str(self.spool_dir)
         )
+        structure, digest = Structure(), hashlib.sha256()
         try:
-            state, size = await self._receive(spool)
+            state, size = await self._receive(spool, structure, digest)
             if state is not _State.NOMINAL:
                 answer = {
                     _State.TOO_MUCH: TOO_MUCH,
@@ -190,6 +129,8 @@ class BoundedSMTP(SMTP):
             spool.seek(0)
             self.envelope.content = self.envelope.original_content = None
             self.envelope.spool = spool  # type: ignore[attr-defined]
+            self.envelope.structure = structure  # type: ignore[attr-defined]
+            self.envelope.sha256 = digest.hexdigest()  # type: ignore[attr-defined]
             self.envelope.size = size  # type: ignore[attr-defined]
             status = await self._call_handler_hook("DATA")
         finally:
@@ -197,7 +138,9 @@ class BoundedSMTP(SMTP):
         self._set_post_data_state()  # type: ignore[no-untyped-call]
         await self.push("250 OK" if status is MISSING else status)
 
-    async def _receive(self, spool: IO[bytes]) -> tuple[_State, int]:
+    async def _receive(
+        self, spool: IO[bytes], structure: Structure, digest: Any
+    ) -> tuple[_State, int]:
         """Read the message up to its lone dot into `spool` (dots unstuffed); how it
         went and its size. Past a bound the rest is read and dropped, and the answer
         waits for the end of the data (RFC 5321 4.2.5).
@@ -207,9 +150,9 @@ class BoundedSMTP(SMTP):
         process the busiest on the machine. Bytes after the lone dot (a pipelining
         client's next command) go back to the reader."""
         limit = self.data_size_limit
-        nesting = Nesting()
         state, size = _State.NOMINAL, 0
         pending = b""
+        line_limit = 1001  # RFC 5321 4.5.3.1.6, as aiosmtpd counts it
         while self.transport is not None:
             chunk = await self._reader.read(READ_BLOCK)
             if not chunk:  # the client went away: the handler is being cancelled
@@ -218,7 +161,7 @@ class BoundedSMTP(SMTP):
             cut = data.rfind(b"\r\n") + 2
             if cut < 2:  # no whole line yet
                 pending = data
-                if len(pending) > self.line_length_limit and state is _State.NOMINAL:
+                if len(pending) > line_limit and state is _State.NOMINAL:
                     state = _State.TOO_LONG
                     pending = pending[-1:]  # keep a possible CR; the rest is dropped
                 continue
@@ -229,16 +172,16 @@ class BoundedSMTP(SMTP):
                 block = block[:end]
                 if leftover:
                     self._reader._buffer[0:0] = leftover  # type: ignore[attr-defined]
-                state, size = self._take(block, spool, nesting, state, size, limit)
-                return state, size
-            state, size = self._take(block, spool, nesting, state, size, limit)
+                return self._take(block, spool, structure, digest, state, size, limit)
+            state, size = self._take(block, spool, structure, digest, state, size, limit)
         return state, size
 
     def _take(
         self,
         block: bytes,
         spool: IO[bytes],
-        nesting: Nesting,
+        structure: Structure,
+        digest: Any,
         state: _State,
         size: int,
         limit: int | None,
@@ -254,8 +197,9 @@ class BoundedSMTP(SMTP):
         if block.startswith(b"."):
             block = block[1:]
         block = block.replace(b"\r\n.", b"\r\n")
-        nesting.feed_block(block)
-        if nesting.deepest > MAX_DEPTH:
+        structure.feed_block(block)
+        if structure.deepest > MAX_DEPTH:
             return _State.TOO_DEEP, size
+        digest.update(block)
         spool.write(block)
         return state, size
