@@ -7,9 +7,11 @@ run one), and must survive a database that is briefly unreachable.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 import threading
+import time
 import uuid
 from asyncio import Task
 from collections.abc import Awaitable, Callable
@@ -114,6 +116,45 @@ async def expire_sftp_held(runtime: Runtime) -> None:
         log.info("sftp held files expired", count=expired)
 
 
+ORPHAN_SECONDS = 3600  # an object this old that nothing refers to is a crash's leftover
+ORPHAN_BATCH = 500
+
+
+async def sweep_orphans(runtime: Runtime) -> None:
+    """Stored objects that no upload, held SFTP file or export refers to, older than
+    ORPHAN_SECONDS: the bytes of a channel's file whose process died between storing
+    them and the commit of their transaction. Removed, at most once an hour here."""
+    from headwater.sftp import held
+
+    now = time.monotonic()
+    if now - runtime.last_runs.get("sweep_orphans", -ORPHAN_SECONDS) < ORPHAN_SECONDS:
+        return
+    runtime.last_runs["sweep_orphans"] = now
+
+    def known(ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        with runtime.db.read_session() as session:
+            return (
+                files.known_files(session, ids)
+                | held.known(session, ids)
+                | exports.known_exports(session, ids)
+            )
+
+    def sweep() -> int:
+        removed = 0
+        stored = runtime.store.stored_files(older_than=ORPHAN_SECONDS)
+        while batch := list(itertools.islice(stored, ORPHAN_BATCH)):
+            found = known([file_id for _, file_id in batch])
+            for key, file_id in batch:
+                if file_id not in found:
+                    runtime.store.delete(key)
+                    removed += 1
+        return removed
+
+    removed = await anyio.to_thread.run_sync(sweep)
+    if removed:
+        log.warning("stored objects with no transaction removed", count=removed)
+
+
 async def send_email_replies(runtime: Runtime) -> None:
     """Replies to messages whose transactions are all final (a relay must be set)."""
     if not runtime.settings.smtp_relay_url:
@@ -160,6 +201,7 @@ JOBS: list[Job] = [
     expire_sftp_receipts,
     expire_sftp_held,
     sweep_incoming,
+    sweep_orphans,
     send_email_replies,
     purge_events,
     purge_exports,

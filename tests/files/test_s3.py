@@ -140,6 +140,33 @@ def test_an_object_the_bucket_lost_fails_its_transaction(
     assert "missing" in transaction["errors"][0]["message"]
 
 
+def test_objects_nothing_refers_to_are_swept_from_the_bucket(
+    file_tenant: FileTenant, s3_app: Any, bucket: str, s3_endpoint: str
+) -> None:
+    import asyncio
+
+    from headwater import worker
+
+    app = s3_app()
+    tenant = file_tenant.via(app)
+    ticket = tenant.upload_url()
+    assert put(ticket, BODY).status_code == 200
+    client = s3_client(s3_endpoint)
+    stray = f"uploads/{uuid.uuid4().hex}/{uuid.uuid4().hex}"
+    client.put_object(Bucket=bucket, Key=stray, Body=b"x")
+    runtime = app.app.state.runtime  # type: ignore[attr-defined]
+    listed = dict(runtime.store.stored_files(older_than=-60))  # everything is old enough
+    assert key_of(ticket) in listed and stray in listed
+    assert listed[stray] == uuid.UUID(stray.rsplit("/", 1)[1])
+    original, worker.ORPHAN_SECONDS = worker.ORPHAN_SECONDS, -60
+    try:
+        asyncio.run(worker.sweep_orphans(runtime))
+    finally:
+        worker.ORPHAN_SECONDS = original
+    names = {o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])}
+    assert key_of(ticket) in names and stray not in names
+
+
 def test_the_poller_notices_uploads_without_notifications(
     file_tenant: FileTenant, s3_app: Any
 ) -> None:

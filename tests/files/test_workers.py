@@ -369,3 +369,33 @@ def test_a_worker_stopped_with_sigterm_mid_file_hands_the_job_back(
     assert done["status"] == "completed", done
     assert stored(runtime, transaction_id) == (rows, rows)
     assert job_of(runtime, transaction_id)[1] == 1
+
+
+def test_stored_objects_nothing_refers_to_are_swept(
+    file_tenant: FileTenant, settings: Settings
+) -> None:
+    """The bytes of a channel's file whose process died between storing them and the
+    commit of their transaction: removed once an hour old; every object a transaction
+    refers to stays."""
+    import asyncio
+    import os
+
+    runtime = runtime_of(file_tenant.client)
+    transaction_id = uploaded(file_tenant, 5)
+    kept = _object_path(runtime, settings, transaction_id)
+    objects = kept.parent
+    stray, fresh = objects / uuid.uuid4().hex, objects / uuid.uuid4().hex
+    stray.write_bytes(b"order_id,amount\nA,1\n")
+    fresh.write_bytes(b"order_id,amount\nB,1\n")
+    hour_ago = time.time() - worker.ORPHAN_SECONDS - 60
+    for path in (kept, stray):
+        os.utime(path, (hour_ago, hour_ago))
+    runtime.last_runs.pop("sweep_orphans", None)
+    asyncio.run(worker.sweep_orphans(runtime))
+    assert kept.exists() and fresh.exists() and not stray.exists()
+    stray.write_bytes(b"x")
+    os.utime(stray, (hour_ago, hour_ago))
+    asyncio.run(worker.sweep_orphans(runtime))  # within the hour: not again
+    assert stray.exists()
+    stray.unlink()
+    fresh.unlink()

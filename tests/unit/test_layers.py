@@ -34,8 +34,8 @@ OWNED = {
     "ingestion": {"Transaction", "Record", "RecordCount", "Dataset", "DatasetSchema", "FeedHead"},
     "events": {"Event"},
     "files": {"FileJob", "FileUpload", "QuarantinedRow"},
-    "sftp": {"SftpAccount", "SftpUpload"},
-    "inbox": {"Inbox", "InboxMessage"},
+    "sftp": {"SftpAccount", "SftpUpload", "SftpHeldFile"},
+    "inbox": {"Inbox", "InboxMessage", "InboxMessageId"},
     "exports": {"Export"},
 }
 SQL_TABLES = {
@@ -48,8 +48,8 @@ SQL_TABLES = {
     ),
     "events": ("events",),
     "files": ("file_jobs", "file_uploads", "quarantined_rows"),
-    "sftp": ("sftp_accounts", "sftp_uploads"),
-    "inbox": ("inboxes", "inbox_messages"),
+    "sftp": ("sftp_accounts", "sftp_uploads", "sftp_held_files"),
+    "inbox": ("inboxes", "inbox_messages", "inbox_message_ids"),
     "exports": ("exports",),
 }
 

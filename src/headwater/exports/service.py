@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -248,3 +249,8 @@ def purge(db: Database, store: Store, *, batch: int = 100) -> int:
         with db.begin() as connection:
             connection.execute(update(Export).where(Export.id == row.id).values(deleted_at=now))
     return len(due)
+
+
+def known_exports(session: Session, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of these ids are exports' (an export's file)."""
+    return set(session.scalars(select(Export.id).where(Export.id.in_(list(ids)))))

@@ -562,3 +562,8 @@ def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid
             **tally.columns(),
         )
     return new_id
+
+
+def known_files(session: Session, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of these ids are uploads' (a transaction's stored file)."""
+    return set(session.scalars(select(FileUpload.id).where(FileUpload.id.in_(list(ids)))))

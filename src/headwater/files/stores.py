@@ -12,6 +12,7 @@ import re
 import secrets
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -88,6 +89,11 @@ class Store(Protocol):
     def sweep_incoming(self, *, older_than: float) -> int:
         """Remove what writers left that were never committed or discarded (a process
         killed mid-file), untouched for `older_than` seconds; how many."""
+        ...
+
+    def stored_files(self, *, older_than: float) -> Iterator[tuple[str, uuid.UUID]]:
+        """Every stored object of an upload or an export written more than `older_than`
+        seconds ago: its key and the id it was made from (the file's or the export's)."""
         ...
 
 
@@ -179,6 +185,13 @@ class EmbeddedStore:
 
     def incoming_file(self, key: str) -> Incoming:
         return Incoming(self.incoming / f"{key}.{secrets.token_hex(4)}.part", self._path(key))
+
+    def stored_files(self, *, older_than: float) -> Iterator[tuple[str, uuid.UUID]]:
+        cutoff = time.time() - older_than
+        for path in self.objects.iterdir():
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                if path.stat().st_mtime < cutoff:
+                    yield path.name, uuid.UUID(hex=path.name)
 
     def sweep_incoming(self, *, older_than: float) -> int:
         cutoff = time.time() - older_than
@@ -363,6 +376,18 @@ class S3Store:
 
     def incoming_file(self, key: str) -> Writer:
         return S3Incoming(self.client, self.bucket, key)
+
+    def stored_files(self, *, older_than: float) -> Iterator[tuple[str, uuid.UUID]]:
+        cutoff = utcnow() - timedelta(seconds=older_than)
+        pages = self.client.get_paginator("list_objects_v2")
+        for prefix in ("uploads/", "exports/"):
+            for page in pages.paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    if item["LastModified"] >= cutoff:
+                        continue
+                    name = str(item["Key"]).rsplit("/", 1)[-1].split(".", 1)[0]
+                    with contextlib.suppress(ValueError):
+                        yield str(item["Key"]), uuid.UUID(hex=name)
 
     def sweep_incoming(self, *, older_than: float) -> int:
         cutoff = utcnow() - timedelta(seconds=older_than)

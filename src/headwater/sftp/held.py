@@ -132,3 +132,9 @@ def expire(session: Session, *, hours: int, now: datetime | None = None) -> Sequ
     return session.scalars(
         delete(SftpHeldFile).where(SftpHeldFile.held_at < cutoff).returning(SftpHeldFile.object_key)
     ).all()
+
+
+def known(session: Session, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of these file ids are held files'."""
+    found = select(SftpHeldFile.file_id).where(SftpHeldFile.file_id.in_(list(ids)))
+    return set(session.scalars(found))

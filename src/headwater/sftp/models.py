@@ -52,7 +52,7 @@ class SftpHeldFile(Base):
     with its bytes `HEADWATER_SFTP_HELD_HOURS` after it was written."""
 
     __tablename__ = "sftp_held_files"
-    __table_args__ = (Index(None, "held_at"),)
+    __table_args__ = (Index(None, "held_at"), Index(None, "file_id"))
 
     company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     username: Mapped[str] = mapped_column(String(64), primary_key=True)

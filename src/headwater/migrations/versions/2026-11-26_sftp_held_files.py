@@ -36,6 +36,7 @@ def upgrade() -> None:
         ),
     )  # fmt: skip
     op.create_index("ix_sftp_held_files_held_at", "sftp_held_files", ["held_at"])
+    op.create_index("ix_sftp_held_files_file_id", "sftp_held_files", ["file_id"])
 
 
 def downgrade() -> None:
