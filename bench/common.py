@@ -347,3 +347,37 @@ def copy_limit(
             conn.execute("DROP TABLE copy_limit")
             conn.commit()
     return stored / elapsed
+
+
+class BenchCompany:
+    """A company with an ingestion client, an `orders` dataset and a data credential
+    (`headers` carry its token)."""
+
+    def __init__(self, url: str, admin: dict[str, str], name: str) -> None:
+        def post(path: str, body: dict[str, Any]) -> Any:
+            answer = httpx.post(url + path, json=body, headers=admin, timeout=30)
+            assert answer.status_code == 201, answer.text
+            return answer.json()
+
+        self.url = url
+        self.client_id = f"{name}-crm"
+        company = post("/admin/v1/companies", {"name": name})["id"]
+        self.company_id = str(company)
+        post(f"/admin/v1/companies/{company}/clients", {"client_id": self.client_id, "name": name})
+        post(
+            f"/admin/v1/clients/{self.client_id}/datasets",
+            {
+                "dataset_id": "orders",
+                "schema": {
+                    "type": "object",
+                    "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+                    "required": ["order_id"],
+                },
+            },
+        )
+        credential = post(
+            f"/admin/v1/companies/{company}/credentials",
+            {"name": name, "scopes": ["data:write", "data:read"]},
+        )
+        bearer = token(url, credential["client_id"], credential["client_secret"])
+        self.headers = {"Authorization": f"Bearer {bearer}"}

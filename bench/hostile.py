@@ -39,6 +39,7 @@ from bench import hostile_channels as channels
 from bench.common import (
     OPERATOR,
     SECRET,
+    BenchCompany,
     bench_database,
     ensure_wrk,
     production_server,
@@ -237,34 +238,8 @@ def _seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-class Company:
-    def __init__(self, url: str, admin: dict[str, str], name: str) -> None:
-        def post(path: str, body: dict[str, Any]) -> Any:
-            answer = httpx.post(url + path, json=body, headers=admin, timeout=30)
-            assert answer.status_code == 201, answer.text
-            return answer.json()
-
-        self.url = url
-        self.client_id = f"{name}-crm"
-        company = post("/admin/v1/companies", {"name": name})["id"]
-        post(f"/admin/v1/companies/{company}/clients", {"client_id": self.client_id, "name": name})
-        post(
-            f"/admin/v1/clients/{self.client_id}/datasets",
-            {
-                "dataset_id": "orders",
-                "schema": {
-                    "type": "object",
-                    "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
-                    "required": ["order_id"],
-                },
-            },
-        )
-        credential = post(
-            f"/admin/v1/companies/{company}/credentials",
-            {"name": name, "scopes": ["data:write", "data:read"]},
-        )
-        bearer = token(url, credential["client_id"], credential["client_secret"])
-        self.headers = {"Authorization": f"Bearer {bearer}"}
+class Company(BenchCompany):
+    """A company that uploads files through presigned URLs."""
 
     async def upload(
         self, http: httpx.AsyncClient, body: bytes | AsyncIterator[bytes], name: str, kind: str

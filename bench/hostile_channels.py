@@ -38,7 +38,7 @@ import asyncssh
 import httpx
 from tests.http_server import free_port
 
-from bench.common import OPERATOR, SECRET, token
+from bench.common import OPERATOR, SECRET, BenchCompany, token
 
 DOMAIN = "ingest.localhost"
 CSV = b"order_id,amount\n" + b"".join(b"V-%d,%d.5\n" % (i, i) for i in range(20))
@@ -80,41 +80,24 @@ def descriptor_limit(pid: int) -> int:
     return 0
 
 
-class Tenant:
+class Tenant(BenchCompany):
     """A company with a client, an `orders` dataset, a data credential, an SFTP account
     (or several) and an inbox."""
 
     def __init__(self, url: str, admin: dict[str, str], name: str, *, accounts: int = 1) -> None:
+        super().__init__(url, admin, name)
+
         def post(path: str, body: dict[str, Any]) -> Any:
             answer = httpx.post(url + path, json=body, headers=admin, timeout=30)
             assert answer.status_code == 201, answer.text
             return answer.json()
 
-        self.url = url
-        self.client_id = f"{name}-crm"
-        company = post("/admin/v1/companies", {"name": name})["id"]
-        post(f"/admin/v1/companies/{company}/clients", {"client_id": self.client_id, "name": name})
-        schema = {
-            "type": "object",
-            "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
-            "required": ["order_id"],
-        }
-        post(
-            f"/admin/v1/clients/{self.client_id}/datasets",
-            {"dataset_id": "orders", "schema": schema},
-        )
-        credential = post(
-            f"/admin/v1/companies/{company}/credentials",
-            {"name": name, "scopes": ["data:write", "data:read"]},
-        )
-        bearer = token(url, credential["client_id"], credential["client_secret"])
-        self.headers = {"Authorization": f"Bearer {bearer}"}
         self.key = asyncssh.generate_private_key("ssh-ed25519")
         self.usernames = []
         for n in range(accounts):
             username = f"{name}-{n}-{uuid.uuid4().hex[:6]}"
             post(
-                f"/admin/v1/companies/{company}/sftp_accounts",
+                f"/admin/v1/companies/{self.company_id}/sftp_accounts",
                 {"username": username, "public_keys": [self.key.export_public_key().decode()]},
             )
             self.usernames.append(username)

@@ -256,7 +256,6 @@ def _running(pid: int) -> bool:
     return True
 
 
-@app.command()
 def _address_as_public_url(host: str, port: int) -> None:
     """Child processes read settings from the environment, so the address goes there when
     HEADWATER_PUBLIC_URL is not set, marked as this instance's own address (it does not
@@ -266,6 +265,7 @@ def _address_as_public_url(host: str, port: int) -> None:
         os.environ["HEADWATER_PUBLIC_URL_FROM_ADDRESS"] = "true"
 
 
+@app.command()
 def demo(
     host: Host = "127.0.0.1",
     port: Port = 8000,

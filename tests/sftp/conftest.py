@@ -164,3 +164,16 @@ def openssh_batch(
         timeout=120,
         check=False,
     )
+
+
+def asyncssh_session(port: int, account: Account, address: str = "127.0.0.1") -> Any:
+    """An asyncssh connection as `account` (its key only), from a loopback `address`."""
+    return asyncssh.connect(
+        "127.0.0.1",
+        port,
+        username=account.username,
+        client_keys=[account.key],
+        known_hosts=None,
+        agent_path=None,
+        local_addr=(address, 0),
+    )

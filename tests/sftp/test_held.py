@@ -19,7 +19,7 @@ from headwater.runtime import Runtime
 from headwater.sftp import held
 from headwater.sftp.models import SftpHeldFile
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
-from tests.sftp.conftest import Account, paramiko_session
+from tests.sftp.conftest import Account, asyncssh_session, paramiko_session
 
 pytestmark = pytest.mark.http
 
@@ -83,14 +83,7 @@ def test_an_account_holds_at_most_its_limit(make_sftp: Any, account: Account) ->
 
     async def third() -> str:
         async with (
-            asyncssh.connect(
-                "127.0.0.1",
-                server.port,
-                username=account.username,
-                client_keys=[account.key],
-                known_hosts=None,
-                agent_path=None,
-            ) as conn,
+            asyncssh_session(server.port, account) as conn,
             conn.start_sftp_client() as client,
         ):
             remote = await client.open(f"/{tenant.client_id}/orders/c.part", "wb")

@@ -15,7 +15,13 @@ import pytest
 
 from tests.factories import create_company, create_ingestion_client
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
-from tests.sftp.conftest import Account, SftpServer, create_account, paramiko_session
+from tests.sftp.conftest import (
+    Account,
+    SftpServer,
+    asyncssh_session,
+    create_account,
+    paramiko_session,
+)
 
 pytestmark = pytest.mark.http
 
@@ -23,14 +29,7 @@ HOST_PATHS = ["/etc/shadow", "/root/.ssh", "/", "headwater.db", "/../signing.key
 
 
 def _connect(server: SftpServer, account: Account) -> Any:
-    return asyncssh.connect(
-        "127.0.0.1",
-        server.port,
-        username=account.username,
-        client_keys=[account.key],
-        known_hosts=None,
-        agent_path=None,
-    )
+    return asyncssh_session(server.port, account)
 
 
 def test_statvfs_never_reports_the_hosts_file_systems(
@@ -134,15 +133,7 @@ def test_clients_out_of_reach_are_denied_or_absent(
 
 
 def _connect_from(server: SftpServer, account: Account, address: str = "127.0.0.1") -> Any:
-    return asyncssh.connect(
-        "127.0.0.1",
-        server.port,
-        username=account.username,
-        client_keys=[account.key],
-        known_hosts=None,
-        agent_path=None,
-        local_addr=(address, 0),
-    )
+    return asyncssh_session(server.port, account, address)
 
 
 def test_handles_per_session_are_bounded_and_the_session_goes_on(

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import paramiko
 import pytest
 
@@ -18,6 +17,7 @@ from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
 from tests.sftp.conftest import (
     Account,
     SftpServer,
+    asyncssh_session,
     create_account,
     openssh_batch,
     paramiko_session,
@@ -289,14 +289,7 @@ def test_an_asyncssh_client_uploads(sftp_server: SftpServer, account: Account) -
 
     async def upload() -> list[str]:
         async with (
-            asyncssh.connect(
-                "127.0.0.1",
-                sftp_server.port,
-                username=account.username,
-                client_keys=[account.key],
-                known_hosts=None,
-                agent_path=None,
-            ) as conn,
+            asyncssh_session(sftp_server.port, account) as conn,
             conn.start_sftp_client() as sftp,
         ):
             async with sftp.open(f"/{tenant.client_id}/orders/async.csv.gz", "wb") as remote:
