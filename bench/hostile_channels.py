@@ -44,8 +44,19 @@ DOMAIN = "ingest.localhost"
 CSV = b"order_id,amount\n" + b"".join(b"V-%d,%d.5\n" % (i, i) for i in range(20))
 
 
-def listening_pid(port: int) -> int:
-    """The process that listens on `port` (loopback TCP)."""
+def listening_pid(port: int, seconds: float = 60) -> int:
+    """The process that listens on `port` (loopback TCP), once one does."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return _listening_pid(port)
+        except LookupError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _listening_pid(port: int) -> int:
     inodes = {
         line.split()[9]
         for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
