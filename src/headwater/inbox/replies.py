@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import smtplib
 import uuid
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from email.message import EmailMessage
 from email.utils import make_msgid
 
@@ -79,50 +80,97 @@ def _send(settings: Settings, reply: EmailMessage) -> None:
         smtp.send_message(reply)
 
 
-def send_due(db: Database, settings: Settings) -> int:
-    """Send the replies that are due and whose transactions are all final; how many."""
-    sender_from = settings.email_from or f"no-reply@{settings.inbound_email_domain}"
+LEASE = timedelta(seconds=120)  # a reply being sent: longer than the relay's 30 s timeout
+
+
+def send_due(db: Database, settings: Settings, *, limit: int = 50) -> int:
+    """Send up to `limit` replies that are due and whose transactions are all final;
+    how many were sent. Each is claimed with a lease in a short transaction of its own
+    and sent with no database transaction open, so any number of workers send each
+    reply once; a worker that dies mid-reply leaves it due again when its lease ends."""
     sent = 0
-    with db.unit_of_work() as session:
-        for message in inboxes.due_replies(session):
-            # its company's reader: the inbox may be gone, its transactions are not
-            caller = Principal(
-                subject=f"inbox:{message.inbox_id}",
-                author_id=message.inbox_id,
-                company_id=message.company_id,
-                client_ids=(),
-                scopes=frozenset({"data:read"}),
-            )
-            try:
-                views = [
-                    transaction_read(session, caller, uuid.UUID(t)) for t in message.transaction_ids
-                ]
-            except TransactionNotFound:
-                message.reply_state = "failed"
-                message.last_error = "a transaction is gone"
-                continue
-            if any(view.status in PENDING_STATUSES for view in views):
-                message.next_attempt_at = utcnow() + NOT_FINAL_RETRY
-                continue
-            hour_ago = utcnow() - timedelta(hours=1)
-            if (
-                inboxes.replies_sent_since(session, message.sender, hour_ago)
-                >= settings.email_replies_per_sender_per_hour
-            ):
-                message.reply_state = "limited"
-                metrics.REPLIES.labels("limited").inc()
-                log.warning("email reply not sent: sender's hourly limit")
-                continue
-            try:
-                _send(settings, compose(message, views, sender_from=sender_from))
-            except (OSError, smtplib.SMTPException) as exc:
-                inboxes.retry_later(message, f"{type(exc).__name__}: {exc}")
-                metrics.REPLIES.labels("retried").inc()
-                log.warning("email reply not sent yet", error=type(exc).__name__)
-                continue
-            message.reply_state = "sent"
-            message.replied_at = utcnow()
-            metrics.REPLIES.labels("sent").inc()
-            sent += 1
-            session.flush()
+    for _ in range(limit):
+        with db.unit_of_work() as session:
+            claim = inboxes.claim_reply(session, lease=LEASE)
+        if claim is None:
+            break
+        sent += _reply(db, settings, *claim)
     return sent
+
+
+def _reply(db: Database, settings: Settings, message_id: uuid.UUID, until: datetime) -> bool:
+    """Decide, send and record one claimed reply; whether it was sent."""
+    sender_from = settings.email_from or f"no-reply@{settings.inbound_email_domain}"
+    with db.read_session() as session:
+        message = session.get(InboxMessage, message_id)
+        assert message is not None
+        # its company's reader: the inbox may be gone, its transactions are not
+        caller = Principal(
+            subject=f"inbox:{message.inbox_id}",
+            author_id=message.inbox_id,
+            company_id=message.company_id,
+            client_ids=(),
+            scopes=frozenset({"data:read"}),
+        )
+        try:
+            views = [
+                transaction_read(session, caller, uuid.UUID(t)) for t in message.transaction_ids
+            ]
+        except TransactionNotFound:
+            return _record(db, message_id, until, _gone, sent=False)
+        if any(view.status in PENDING_STATUSES for view in views):
+            return _record(db, message_id, until, _not_final, sent=False)
+        hour_ago = utcnow() - timedelta(hours=1)
+        limited = (
+            inboxes.replies_sent_since(session, message.sender, hour_ago)
+            >= settings.email_replies_per_sender_per_hour
+        )
+    if limited:
+        metrics.REPLIES.labels("limited").inc()
+        log.warning("email reply not sent: sender's hourly limit")
+        return _record(db, message_id, until, _limited, sent=False)
+    try:
+        _send(settings, compose(message, views, sender_from=sender_from))
+    except (OSError, smtplib.SMTPException) as exc:
+        metrics.REPLIES.labels("retried").inc()
+        log.warning("email reply not sent yet", error=type(exc).__name__)
+        error = f"{type(exc).__name__}: {exc}"
+        return _record(db, message_id, until, lambda m: inboxes.retry_later(m, error), sent=False)
+    metrics.REPLIES.labels("sent").inc()
+    return _record(db, message_id, until, _sent, sent=True)
+
+
+def _record(
+    db: Database,
+    message_id: uuid.UUID,
+    until: datetime,
+    change: Callable[[InboxMessage], None],
+    *,
+    sent: bool,
+) -> bool:
+    """Apply `change` to the reply if this worker's lease still holds; `sent`."""
+    with db.unit_of_work() as session:
+        message = inboxes.leased(session, message_id, until)
+        if message is None:
+            log.warning("email reply lease lost", message=str(message_id))
+            return sent
+        change(message)
+    return sent
+
+
+def _gone(message: InboxMessage) -> None:
+    message.reply_state = "failed"
+    message.last_error = "a transaction is gone"
+
+
+def _not_final(message: InboxMessage) -> None:
+    message.next_attempt_at = utcnow() + NOT_FINAL_RETRY
+
+
+def _limited(message: InboxMessage) -> None:
+    message.reply_state = "limited"
+
+
+def _sent(message: InboxMessage) -> None:
+    message.reply_state = "sent"
+    message.replied_at = utcnow()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from headwater.config import Settings
@@ -223,15 +223,45 @@ def record_message(
 # --- replies ----------------------------------------------------------------------------------
 
 
-def due_replies(session: Session, *, limit: int = 50) -> list[InboxMessage]:
-    return list(
-        session.scalars(
-            select(InboxMessage)
-            .where(InboxMessage.reply_state == "pending", InboxMessage.next_attempt_at <= utcnow())
+def claim_reply(session: Session, *, lease: timedelta) -> tuple[uuid.UUID, datetime] | None:
+    """Take the oldest due reply for `lease`: its `next_attempt_at` moves to the lease's
+    end, so no other worker sees it as due until then (and it is due again if this one
+    dies). Its id and the lease's end, which the caller's later writes must still find
+    (`leased`); None when none is due."""
+    while True:
+        now = utcnow()
+        due = session.execute(
+            select(InboxMessage.id, InboxMessage.next_attempt_at)
+            .where(InboxMessage.reply_state == "pending", InboxMessage.next_attempt_at <= now)
             .order_by(InboxMessage.next_attempt_at)
-            .limit(limit)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        ).one_or_none()
+        if due is None:
+            return None
+        until = now + lease
+        taken = session.execute(
+            update(InboxMessage)
+            .where(InboxMessage.id == due.id, InboxMessage.next_attempt_at == due.next_attempt_at)
+            .values(next_attempt_at=until)
+            .returning(InboxMessage.id)
+        ).first()
+        if taken is not None:
+            return due.id, until
+        # another worker took it between the read and the write (SQLite reads unlocked)
+
+
+def leased(session: Session, message_id: uuid.UUID, until: datetime) -> InboxMessage | None:
+    """The reply, if this worker's lease on it (`until`) still holds."""
+    return session.scalars(
+        select(InboxMessage)
+        .where(
+            InboxMessage.id == message_id,
+            InboxMessage.reply_state == "pending",
+            InboxMessage.next_attempt_at == until,
         )
-    )
+        .with_for_update()
+    ).one_or_none()
 
 
 def replies_sent_since(session: Session, sender: str, since: datetime) -> int:
