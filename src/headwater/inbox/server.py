@@ -31,8 +31,9 @@ from headwater.files.stores import Store, make_store
 from headwater.inbox import metrics, mime
 from headwater.inbox import service as inboxes
 from headwater.inbox.service import Recipient
-from headwater.inbox.session import BoundedSMTP, Gate
+from headwater.inbox.session import MAX_PER_ADDRESS, BoundedSMTP
 from headwater.kit import memory
+from headwater.kit.connections import Connections
 
 log = structlog.get_logger("headwater.email")
 
@@ -325,7 +326,7 @@ async def serve(settings: Settings, host: str, port: int, *, ready: Path | None 
     handler = Handler(db, make_store(settings), settings)
     context = tls_context(settings)
     loop = asyncio.get_running_loop()
-    gate = Gate(most=settings.smtp_max_connections)
+    gate = Connections(most=settings.smtp_max_connections, per_address=MAX_PER_ADDRESS)
     spool = settings.data_dir / "smtp-spool"
     spool.mkdir(parents=True, exist_ok=True)
     server = await loop.create_server(

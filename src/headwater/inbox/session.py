@@ -20,6 +20,7 @@ from typing import IO, Any
 from aiosmtpd.smtp import MISSING, SMTP
 
 from headwater.inbox.mime import Structure
+from headwater.kit.connections import Connections
 
 MAX_DEPTH = 10  # MIME parts within parts
 MAX_RECIPIENTS = 100
@@ -32,29 +33,6 @@ TOO_MANY_RECIPIENTS = f"452 4.5.3 Too many recipients: at most {MAX_RECIPIENTS} 
 TOO_DEEP = f"554 5.6.0 MIME parts nested deeper than {MAX_DEPTH} levels"
 TOO_MUCH = "552 5.3.4 Message too big"
 TOO_LONG = "500 5.5.2 Line too long (RFC 5321 4.5.3.1.6)"
-
-
-class Gate:
-    """Connections open at once, in all and per address."""
-
-    def __init__(self, *, most: int, per_address: int = MAX_PER_ADDRESS) -> None:
-        self.most = most
-        self.per_address = per_address
-        self.open: dict[str, int] = {}
-
-    def admit(self, address: str) -> bool:
-        """Count a new connection; False (not counted) past either bound."""
-        if sum(self.open.values()) >= self.most or self.open.get(address, 0) >= self.per_address:
-            return False
-        self.open[address] = self.open.get(address, 0) + 1
-        return True
-
-    def leave(self, address: str) -> None:
-        left = self.open.get(address, 0) - 1
-        if left > 0:
-            self.open[address] = left
-        else:
-            self.open.pop(address, None)
 
 
 _LONG_LINE = re.compile(rb"[^\n]{1001}")  # a line of more than 1,000 bytes and its CRLF
@@ -76,7 +54,9 @@ class BoundedSMTP(SMTP):
     # lets DATA arrive in large reads (a 1,001-byte limit paused the socket every 2 KB)
     line_length_limit = 64 * 1024
 
-    def __init__(self, handler: Any, *, gate: Gate, spool_dir: Path | None, **kwargs: Any) -> None:
+    def __init__(
+        self, handler: Any, *, gate: Connections, spool_dir: Path | None, **kwargs: Any
+    ) -> None:
         super().__init__(handler, **kwargs)
         self.gate = gate
         self.spool_dir = spool_dir

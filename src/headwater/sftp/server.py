@@ -41,6 +41,7 @@ from headwater.ingestion import datasets
 from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.service import PENDING_STATUSES, transaction_read
 from headwater.kit import memory
+from headwater.kit.connections import Connections
 from headwater.kit.ratelimit import FailureLimit
 from headwater.sftp import held as held_files
 from headwater.sftp import metrics
@@ -147,26 +148,13 @@ class Hub:
     settings: Settings
     failures: FailureLimit
     connections: dict[str, set[asyncssh.SSHServerConnection]] = field(default_factory=dict)
-    # connections that have not logged in, by address
-    waiting: dict[str, int] = field(default_factory=dict)
+    # connections that have not logged in yet (bounded once settings are known)
+    waiting: Connections = field(
+        default_factory=lambda: Connections(most=0, per_address=MAX_UNAUTHENTICATED_PER_ADDRESS)
+    )
 
-    def admit(self, address: str) -> bool:
-        """Count a new connection that has yet to log in; False past either bound (in
-        all, per address), and it is then not counted."""
-        if (
-            sum(self.waiting.values()) >= self.settings.sftp_max_unauthenticated
-            or self.waiting.get(address, 0) >= MAX_UNAUTHENTICATED_PER_ADDRESS
-        ):
-            return False
-        self.waiting[address] = self.waiting.get(address, 0) + 1
-        return True
-
-    def logged_in_or_gone(self, address: str) -> None:
-        left = self.waiting.get(address, 0) - 1
-        if left > 0:
-            self.waiting[address] = left
-        else:
-            self.waiting.pop(address, None)
+    def __post_init__(self) -> None:
+        self.waiting.most = self.settings.sftp_max_unauthenticated
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(call, *args)
@@ -212,7 +200,7 @@ class _Login(asyncssh.SSHServer):
         self.conn = conn
         peer = conn.get_extra_info("peername")
         self.address = str(peer[0]) if peer else ""
-        if not self.hub.admit(self.address):
+        if not self.hub.waiting.admit(self.address):
             metrics.REFUSED_LOGINS.inc()
             log.warning("sftp connection refused: too many waiting to log in")
             asyncio.get_running_loop().call_soon(conn.close)
@@ -222,7 +210,7 @@ class _Login(asyncssh.SSHServer):
     def _stop_waiting(self) -> None:
         if self.waiting:
             self.waiting = False
-            self.hub.logged_in_or_gone(self.address)
+            self.hub.waiting.leave(self.address)
 
     def session_requested(self) -> SSHServerStreamSession[bytes] | bool:
         """A session channel: an SFTP subsystem, unless the connection already has
