@@ -121,14 +121,11 @@ def claim_next(
             if row is None:
                 return None
             if row.attempts >= settings.max_attempts:
-                _finish(connection, row.id, now=now)
-                ingestion.finish(
+                _fail(
                     connection,
+                    row.id,
                     row.transaction_id,
-                    ingestion.Status.FAILED,
-                    completed_at=now,
-                    error_count=1,
-                    errors=[file_error(0, 0, f"processing failed {row.attempts} times")],
+                    f"processing failed {row.attempts} times",
                 )
                 log.error("file job failed for good", job=str(row.id), attempts=row.attempts)
                 continue
@@ -158,6 +155,20 @@ def release(db: Database, job_id: uuid.UUID, *, worker: str, handed_back: bool =
 def _finish(connection: Connection, job_id: Any, *, now: Any) -> None:
     connection.execute(
         update(FileJob).where(FileJob.id == job_id).values(state=DONE, finished_at=now)
+    )
+
+
+def _fail(connection: Connection, job_id: Any, transaction_id: Any, message: str) -> None:
+    """The job is done and its transaction `failed`, with one `file` error saying why."""
+    now = utcnow_ms()
+    _finish(connection, job_id, now=now)
+    ingestion.finish(
+        connection,
+        transaction_id,
+        ingestion.Status.FAILED,
+        completed_at=now,
+        error_count=1,
+        errors=[file_error(0, 0, message)],
     )
 
 
@@ -300,16 +311,7 @@ MISSING = "the stored file is missing (the store lost it): send the file again"
 def _missing(connection: Connection, job_id: uuid.UUID, transaction_id: uuid.UUID) -> None:
     """The job's stored bytes are gone: its transaction fails at once with a `file` error
     instead of being tried again for ever (nothing else can bring them back)."""
-    now = utcnow_ms()
-    ingestion.finish(
-        connection,
-        transaction_id,
-        ingestion.Status.FAILED,
-        completed_at=now,
-        error_count=1,
-        errors=[file_error(0, 0, MISSING)],
-    )
-    _finish(connection, job_id, now=now)
+    _fail(connection, job_id, transaction_id, MISSING)
     log.error("file job failed: stored file missing", transaction_id=str(transaction_id))
 
 
