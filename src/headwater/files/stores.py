@@ -215,10 +215,14 @@ class Incoming:
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._file: io.BufferedWriter | None = part.open("xb")
 
-    def write(self, data: bytes) -> None:
+    def _opened(self) -> io.BufferedWriter:
+        """The part file, opened again after `rest`."""
         if self._file is None:
             self._file = self.part.open("ab")
-        self._file.write(data)
+        return self._file
+
+    def write(self, data: bytes) -> None:
+        self._opened().write(data)
         self._md5.update(data)
         self.size += len(data)
 
@@ -232,11 +236,10 @@ class Incoming:
         return self._md5.hexdigest()
 
     def commit(self) -> None:
-        if self._file is None:
-            self._file = self.part.open("ab")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        file = self._opened()
+        file.flush()
+        os.fsync(file.fileno())
+        file.close()
         os.replace(self.part, self.final)
         directory = os.open(self.final.parent, os.O_RDONLY)
         try:

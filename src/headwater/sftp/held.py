@@ -36,14 +36,21 @@ class Place:
     name: str
 
 
-def _where(login: Login, place: Place) -> tuple[ColumnElement[bool], ...]:
+def _mine(login: Login) -> tuple[ColumnElement[bool], ...]:
+    """The account's held files (the leading columns of the primary key)."""
+    return SftpHeldFile.company_id == login.company_id, SftpHeldFile.username == login.username
+
+
+def _in(login: Login, client_id: str, dataset_id: str) -> tuple[ColumnElement[bool], ...]:
     return (
-        SftpHeldFile.company_id == login.company_id,
-        SftpHeldFile.username == login.username,
-        SftpHeldFile.client_id == place.client_id,
-        SftpHeldFile.dataset_id == place.dataset_id,
-        SftpHeldFile.name == place.name,
+        *_mine(login),
+        SftpHeldFile.client_id == client_id,
+        SftpHeldFile.dataset_id == dataset_id,
     )
+
+
+def _where(login: Login, place: Place) -> tuple[ColumnElement[bool], ...]:
+    return (*_in(login, place.client_id, place.dataset_id), SftpHeldFile.name == place.name)
 
 
 def find(session: Session, login: Login, place: Place) -> SftpHeldFile | None:
@@ -54,12 +61,7 @@ def listing(session: Session, login: Login, client_id: str, dataset_id: str) -> 
     return list(
         session.scalars(
             select(SftpHeldFile)
-            .where(
-                SftpHeldFile.company_id == login.company_id,
-                SftpHeldFile.username == login.username,
-                SftpHeldFile.client_id == client_id,
-                SftpHeldFile.dataset_id == dataset_id,
-            )
+            .where(*_in(login, client_id, dataset_id))
             .order_by(SftpHeldFile.name)
         )
     )
@@ -74,13 +76,9 @@ def hold(
     max_held: int,
 ) -> list[str]:
     """Hold `stored` at `place`, replacing what was held there; TooManyHeld past
-    `max_held` files. The replaced file's key."""
+    `max_held` files. The key of the file it replaced, if any."""
     replaced = release(session, login, place)
-    count = session.scalar(
-        select(func.count()).where(
-            SftpHeldFile.company_id == login.company_id, SftpHeldFile.username == login.username
-        )
-    )
+    count = session.scalar(select(func.count()).where(*_mine(login)))
     if (count or 0) >= max_held:
         raise TooManyHeld(f"too many held files: at most {max_held} an account")
     session.add(stored)

@@ -148,13 +148,14 @@ class Hub:
     settings: Settings
     failures: FailureLimit
     connections: dict[str, set[asyncssh.SSHServerConnection]] = field(default_factory=dict)
-    # connections that have not logged in yet (bounded once settings are known)
-    waiting: Connections = field(
-        default_factory=lambda: Connections(most=0, per_address=MAX_UNAUTHENTICATED_PER_ADDRESS)
-    )
+    # connections that have not logged in yet
+    waiting: Connections = field(init=False)
 
     def __post_init__(self) -> None:
-        self.waiting.most = self.settings.sftp_max_unauthenticated
+        self.waiting = Connections(
+            most=self.settings.sftp_max_unauthenticated,
+            per_address=MAX_UNAUTHENTICATED_PER_ADDRESS,
+        )
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(call, *args)
