@@ -9,9 +9,12 @@ drops or the session times out). The copies that race run over real SMTP sockets
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from email import policy
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from aiosmtpd.smtp import Envelope
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
+from headwater.inbox import mime
 from headwater.inbox import service as inboxes
 from headwater.inbox.models import InboxMessage
 from headwater.inbox.server import Handler
@@ -35,7 +39,12 @@ def _runtime(client: TestClient) -> Runtime:
 def _envelope(runtime: Runtime, address: str, mail: Any) -> Envelope:
     envelope = Envelope()
     envelope.mail_from = "ann@example.com"
-    envelope.original_content = mail.as_bytes()
+    # as BoundedSMTP hands a message over: spooled with CRLF lines, its parts found
+    raw = mail.as_bytes(policy=policy.SMTP)
+    envelope.spool = io.BytesIO(raw)  # type: ignore[attr-defined]
+    envelope.structure = mime.Structure()  # type: ignore[attr-defined]
+    envelope.structure.feed_block(raw)  # type: ignore[attr-defined]
+    envelope.sha256 = hashlib.sha256(raw).hexdigest()  # type: ignore[attr-defined]
     with runtime.db.read_session() as session:
         to = inboxes.recipient(session, address, domain=DOMAIN, sender="ann@example.com")
     assert to is not None

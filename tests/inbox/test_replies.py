@@ -25,8 +25,11 @@ pytestmark = pytest.mark.http
 MESSAGES = 8
 
 
-def _queue(smtp_server: Listener, tenant: FileTenant, inbox: dict[str, Any]) -> Any:
-    """MESSAGES messages whose transactions are final, their replies due now."""
+def _queue(
+    smtp_server: Listener, tenant: FileTenant, inbox: dict[str, Any], relay_port: int
+) -> tuple[Any, Any]:
+    """MESSAGES messages whose transactions are final, their replies due now; the
+    runtime, and its settings with the relay."""
     body = (CSV_HEADER + csv_rows(2)).encode()
     for n in range(MESSAGES):
         mail = message(
@@ -43,15 +46,17 @@ def _queue(smtp_server: Listener, tenant: FileTenant, inbox: dict[str, Any]) -> 
             .where(InboxMessage.inbox_id == uuid.UUID(inbox["inbox_id"]))
             .values(reply_state="pending", next_attempt_at=utcnow())
         )
-    return runtime
+    relayed = runtime.settings.model_copy(
+        update={"smtp_relay_url": f"smtp://127.0.0.1:{relay_port}"}
+    )
+    return runtime, relayed
 
 
 def test_workers_side_by_side_send_each_reply_once(
     smtp_server: Listener, mail_tenant: FileTenant, inbox: dict[str, Any], relay: tuple[Sink, int]
 ) -> None:
     sink, port = relay
-    runtime = _queue(smtp_server, mail_tenant, inbox)
-    relayed = runtime.settings.model_copy(update={"smtp_relay_url": f"smtp://127.0.0.1:{port}"})
+    runtime, relayed = _queue(smtp_server, mail_tenant, inbox, port)
     counts: list[int] = []
     start = threading.Barrier(4)
 
@@ -75,8 +80,7 @@ def test_a_reply_claimed_by_a_worker_that_died_is_sent_after_its_lease(
     smtp_server: Listener, mail_tenant: FileTenant, inbox: dict[str, Any], relay: tuple[Sink, int]
 ) -> None:
     sink, port = relay
-    runtime = _queue(smtp_server, mail_tenant, inbox)
-    relayed = runtime.settings.model_copy(update={"smtp_relay_url": f"smtp://127.0.0.1:{port}"})
+    runtime, relayed = _queue(smtp_server, mail_tenant, inbox, port)
     with runtime.db.unit_of_work() as session:  # a worker claims one, then dies
         claim = inboxes.claim_reply(session, lease=timedelta(seconds=120))
     assert claim is not None

@@ -117,9 +117,11 @@ def _reply(db: Database, settings: Settings, message_id: uuid.UUID, until: datet
                 transaction_read(session, caller, uuid.UUID(t)) for t in message.transaction_ids
             ]
         except TransactionNotFound:
-            return _record(db, message_id, until, _gone, sent=False)
+            _record(db, message_id, until, _gone)
+            return False
         if any(view.status in PENDING_STATUSES for view in views):
-            return _record(db, message_id, until, _not_final, sent=False)
+            _record(db, message_id, until, _not_final)
+            return False
         hour_ago = utcnow() - timedelta(hours=1)
         limited = (
             inboxes.replies_sent_since(session, message.sender, hour_ago)
@@ -128,16 +130,19 @@ def _reply(db: Database, settings: Settings, message_id: uuid.UUID, until: datet
     if limited:
         metrics.REPLIES.labels("limited").inc()
         log.warning("email reply not sent: sender's hourly limit")
-        return _record(db, message_id, until, _limited, sent=False)
+        _record(db, message_id, until, _limited)
+        return False
     try:
         _send(settings, compose(message, views, sender_from=sender_from))
     except (OSError, smtplib.SMTPException) as exc:
         metrics.REPLIES.labels("retried").inc()
         log.warning("email reply not sent yet", error=type(exc).__name__)
         error = f"{type(exc).__name__}: {exc}"
-        return _record(db, message_id, until, lambda m: inboxes.retry_later(m, error), sent=False)
+        _record(db, message_id, until, lambda m: inboxes.retry_later(m, error))
+        return False
     metrics.REPLIES.labels("sent").inc()
-    return _record(db, message_id, until, _sent, sent=True)
+    _record(db, message_id, until, _sent)
+    return True
 
 
 def _record(
@@ -145,17 +150,14 @@ def _record(
     message_id: uuid.UUID,
     until: datetime,
     change: Callable[[InboxMessage], None],
-    *,
-    sent: bool,
-) -> bool:
-    """Apply `change` to the reply if this worker's lease still holds; `sent`."""
+) -> None:
+    """Apply `change` to the reply if this worker's lease on it still holds."""
     with db.unit_of_work() as session:
         message = inboxes.leased(session, message_id, until)
         if message is None:
             log.warning("email reply lease lost", message=str(message_id))
-            return sent
+            return
         change(message)
-    return sent
 
 
 def _gone(message: InboxMessage) -> None:

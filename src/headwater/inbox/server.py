@@ -11,8 +11,6 @@ Message bodies are never logged.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import io
 import ssl
 import uuid
 from dataclasses import dataclass
@@ -83,26 +81,13 @@ READ_AT_ONCE = 2  # messages whose parts are read at the same time
 ANSWER_SECONDS = 50  # a message is answered within 60 s of its final dot (contract 12)
 
 
-def _structure(envelope: Envelope) -> tuple[IO[bytes], mime.Structure, str]:
-    """The message's spool, structure and SHA-256: BoundedSMTP's, or made here from
-    aiosmtpd's own content (a caller that drives the handler itself)."""
-    spool: IO[bytes] | None = getattr(envelope, "spool", None)
-    if spool is not None:
-        return spool, envelope.structure, envelope.sha256  # type: ignore[attr-defined]
-    content = envelope.original_content or envelope.content or b""
-    raw = content if isinstance(content, bytes) else content.encode()
-    envelope.original_content = envelope.content = None
-    lines = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")  # as SMTP carries them
-    structure = mime.Structure()
-    structure.feed_block(lines)
-    return io.BytesIO(lines), structure, hashlib.sha256(lines).hexdigest()
-
-
 def read(envelope: Envelope, most: int | None = None) -> Message:
     """The message's supported attachments (by content type or file name), the names of
     the others, and its digest. The message's own text is not data. Past `most`
     supported attachments, TooManyAttachments."""
-    spool, structure, sha256 = _structure(envelope)
+    # what BoundedSMTP received: the spooled message, its parts, its SHA-256
+    spool: IO[bytes] = envelope.spool  # type: ignore[attr-defined]
+    structure: mime.Structure = envelope.structure  # type: ignore[attr-defined]
     found: list[Attachment] = []
     ignored: list[str] = []
     for leaf in structure.finish():
@@ -125,7 +110,7 @@ def read(envelope: Envelope, most: int | None = None) -> Message:
     digest = Digest(
         message_id=str(top.get("Message-ID") or "").strip(),
         subject=str(top.get("Subject") or ""),
-        sha256=sha256,
+        sha256=envelope.sha256,  # type: ignore[attr-defined]
     )
     return Message(found, ignored, digest, spool)
 
@@ -138,16 +123,13 @@ class Handler:
         self.store = store
         self.settings = settings
         self.replies = inboxes.relay_settings(settings) is not None
-        self.parsing = anyio.CapacityLimiter(READ_AT_ONCE)
-
-    async def run(self, call: Any, *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(call, *args)
+        self.reading = anyio.CapacityLimiter(READ_AT_ONCE)
 
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
         sender = envelope.mail_from or ""
-        to = await self.run(self._recipient, address, sender)
+        to = await anyio.to_thread.run_sync(self._recipient, address, sender)
         if to is None:
             metrics.REFUSED.labels("recipient").inc()
             log.info("email refused at RCPT", sender=sender)
@@ -174,11 +156,11 @@ class Handler:
             return TRY_LATER
 
     async def _data(self, envelope: Envelope) -> str:
-        # parsing and decoding a large message takes a while: not on the event loop,
-        # where the other sessions wait, and a few at a time, which bounds memory
+        # reading every part's headers (a message may have thousands of parts): not on
+        # the event loop, where the other sessions wait, and a few messages at a time
         most = self.settings.email_max_attachments
         try:
-            message = await anyio.to_thread.run_sync(read, envelope, most, limiter=self.parsing)
+            message = await anyio.to_thread.run_sync(read, envelope, most, limiter=self.reading)
         except TooManyAttachments:
             metrics.REFUSED.labels("attachments").inc()
             return (

@@ -38,6 +38,14 @@ TOO_LONG = "500 5.5.2 Line too long (RFC 5321 4.5.3.1.6)"
 _LONG_LINE = re.compile(rb"[^\n]{1001}")  # a line of more than 1,000 bytes and its CRLF
 
 
+def _lone_dot(block: bytes) -> int | None:
+    """Where the line of a lone dot begins in a block of whole lines; None if none."""
+    if block.startswith(b".\r\n"):
+        return 0
+    found = block.find(b"\r\n.\r\n")
+    return None if found < 0 else found + 2
+
+
 class _State(enum.Enum):
     NOMINAL = enum.auto()
     TOO_MUCH = enum.auto()
@@ -146,8 +154,8 @@ class BoundedSMTP(SMTP):
                     pending = pending[-1:]  # keep a possible CR; the rest is dropped
                 continue
             block, pending = data[:cut], data[cut:]
-            end = 0 if block.startswith(b".\r\n") else block.find(b"\r\n.\r\n") + 2
-            if end >= 2 or block.startswith(b".\r\n"):
+            end = _lone_dot(block)
+            if end is not None:
                 leftover = block[end + 3 :] + pending
                 block = block[:end]
                 if leftover:
