@@ -531,3 +531,4 @@ def phase_d(
         )
         peak, bare = bare_sink_peak(hostile.address, make, senders, each)
         print(f"  B bare aiosmtpd sink: peak RSS {peak:.0f} MB; answers {dict(bare)}")
+        print(f"  ratio A/B peak RSS: {rss.peak / peak:.3f}")
