@@ -3,6 +3,7 @@ blocks answered 431, slow header blocks closed, SIGTERM within the shutdown time
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import time
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.factories import OPERATOR_ID, OPERATOR_SECRET
+from tests.factories import OPERATOR_ID, OPERATOR_SECRET, fresh_pg_database
 from tests.files.conftest import FileTenant
 from tests.http_server import ServerProcess
 from tests.reliability.conftest import operator_headers
@@ -133,49 +134,57 @@ def test_sigterm_stops_the_server_within_the_shutdown_timeout(tmp_path: Path) ->
     assert "Traceback" not in process.log.read_text()
 
 
-def test_long_polls_last_their_whole_wait_past_the_header_timeout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_long_polls_last_their_whole_wait_past_the_header_timeout(
+    tmp_path: Path, database: str
+) -> None:
     """The header timeout guards header blocks only: a response sent 30 s after its
     request (each `wait` at its maximum) reaches the client, on a server whose header
     timeout is 2 s."""
-    process = ServerProcess(
-        {
-            "HEADWATER_DATA_DIR": str(tmp_path),
-            "HEADWATER_HTTP_HEADER_TIMEOUT_SECONDS": "2",
-            "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
-            "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
-            "HEADWATER_LOG_LEVEL": "WARNING",
-        },
-        log=tmp_path / "server.log",
-    ).start()
-    try:
+    env = {
+        "HEADWATER_DATA_DIR": str(tmp_path),
+        "HEADWATER_HTTP_HEADER_TIMEOUT_SECONDS": "2",
+        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
+        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
+        "HEADWATER_LOG_LEVEL": "WARNING",
+    }
+    with contextlib.ExitStack() as stack:
+        if database == "postgresql":
+            _, url = stack.enter_context(fresh_pg_database("hw_poll"))
+            env["HEADWATER_DATABASE_URL"] = url
+        process = ServerProcess(env, log=tmp_path / "server.log").start()
+        stack.callback(process.stop)
+        _long_polls(process)
+
+
+def _long_polls(process: ServerProcess) -> None:
+    """Both `wait` endpoints polled at their maximum at once on `process`."""
+    with httpx.Client(base_url=process.url, timeout=60) as http:
+        admin = operator_headers(process.url)
+        company = http.post("/admin/v1/companies", json={"name": "Polls"}, headers=admin)
+        tenant = FileTenant(http, admin, company.json()["id"])  # type: ignore[arg-type]
+        ticket = tenant.upload_url()  # awaiting_upload for the whole wait
+    polls = {
+        "changes": (
+            "/platform/v1/data/changes",
+            {"client_id": tenant.client_id, "dataset_id": "orders", "wait": 30},
+        ),
+        "transaction": (f"/platform/v1/transactions/{ticket['transaction_id']}", {"wait": 30}),
+    }
+
+    def poll(name: str) -> tuple[str, int, float, Any]:
+        path, params = polls[name]
         with httpx.Client(base_url=process.url, timeout=60) as http:
-            admin = operator_headers(process.url)
-            company = http.post("/admin/v1/companies", json={"name": "Polls"}, headers=admin)
-            tenant = FileTenant(http, admin, company.json()["id"])  # type: ignore[arg-type]
-            ticket = tenant.upload_url()  # awaiting_upload for the whole wait
-        polls = {
-            "changes": (
-                "/platform/v1/data/changes",
-                {"client_id": tenant.client_id, "dataset_id": "orders", "wait": 30},
-            ),
-            "transaction": (f"/platform/v1/transactions/{ticket['transaction_id']}", {"wait": 30}),
-        }
+            start = time.monotonic()
+            answer = http.get(path, params=params, headers=tenant.headers)
+            took = time.monotonic() - start
+            # the same keep-alive connection serves the next request
+            assert http.get("/healthz").status_code == 200
+        return name, answer.status_code, took, answer.json()
 
-        def poll(name: str) -> tuple[str, int, float, Any]:
-            path, params = polls[name]
-            with httpx.Client(base_url=process.url, timeout=60) as http:
-                start = time.monotonic()
-                answer = http.get(path, params=params, headers=tenant.headers)
-                took = time.monotonic() - start
-                # the same keep-alive connection serves the next request
-                assert http.get("/healthz").status_code == 200
-            return name, answer.status_code, took, answer.json()
-
-        with ThreadPoolExecutor(2) as pool:
-            answers = {name: rest for name, *rest in pool.map(poll, polls)}
-        assert answers["changes"][0] == 200 and answers["changes"][2]["data"] == []
-        assert answers["transaction"][0] == 200
-        assert answers["transaction"][2]["status"] == "awaiting_upload"
-        assert all(took >= 29.5 for _, took, _ in answers.values()), answers
-    finally:
-        process.stop()
+    with ThreadPoolExecutor(2) as pool:
+        answers = {name: rest for name, *rest in pool.map(poll, polls)}
+    assert answers["changes"][0] == 200 and answers["changes"][2]["data"] == []
+    assert answers["transaction"][0] == 200
+    assert answers["transaction"][2]["status"] == "awaiting_upload"
+    assert all(took >= 29.5 for _, took, _ in answers.values()), answers
