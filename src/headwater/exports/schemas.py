@@ -29,6 +29,20 @@ MEDIA_TYPES = {
 
 
 class ExportCreate(Input):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "client_id": "acme-crm",
+                    "dataset_id": "contacts",
+                    "format": "csv",
+                    "ingested_after": "2026-11-01T00:00:00Z",
+                    "csv_formulas": "escape",
+                }
+            ]
+        }
+    )
+
     client_id: ClientId
     dataset_id: DatasetId
     format: ExportFormat = Field(
