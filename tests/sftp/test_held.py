@@ -5,6 +5,7 @@ their account, expire with their bytes, and never leave bytes without an entry."
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -117,3 +118,30 @@ def test_a_held_file_expires_with_its_bytes(make_sftp: Any, account: Account) ->
     asyncio.run(worker.expire_sftp_held(runtime))
     assert _objects(tenant) == before
     assert sftp.listdir(f"/{tenant.client_id}/orders") == ["receipts"]
+
+
+def test_two_workers_expire_each_held_file_once(make_sftp: Any, account: Account) -> None:
+    tenant = account.tenant
+    server = make_sftp()
+    for name in ("one.part", "two.part", "three.part"):
+        _put(server.port, account, name)
+    runtime: Runtime = tenant.client.app.state.runtime  # type: ignore[attr-defined]
+    hours = runtime.settings.sftp_held_hours
+    later = utcnow() + timedelta(hours=hours + 1)
+    start = threading.Barrier(2)
+    taken: list[list[str]] = []
+
+    def work() -> None:
+        start.wait()
+        with runtime.db.unit_of_work() as session:
+            taken.append(list(held.expire(session, hours=hours, now=later)))
+
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    keys = taken[0] + taken[1]
+    assert len(keys) == len(set(keys)) >= 3  # each expired once, by one of them
+    for key in keys:
+        runtime.store.delete(key)
