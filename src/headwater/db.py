@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -28,6 +29,7 @@ from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
 from headwater.config import Settings
+from headwater.kit.turns import Turns
 
 if TYPE_CHECKING:
     import psycopg
@@ -160,14 +162,29 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _sqlite_begin_immediate(connection: Connection) -> None:
+def _sqlite_begin_immediate(turns: Turns) -> Callable[[Connection], None]:
     """Take SQLite's write lock when a transaction starts, not at its first write.
 
     A deferred transaction that reads and then writes fails at once with "database is
     locked" when another writer got in between; an immediate one waits (busy_timeout).
-    SQLite has one writer at a time in any case.
+    SQLite has one writer at a time in any case. While it waits, it says so (`turns`),
+    so that a writer committing batch after batch lets it in (`Database.give_way`).
     """
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def begin(connection: Connection) -> None:
+        with turns.waiting():
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return begin
+
+
+def sqlite_turns(engine: Engine) -> Turns | None:
+    """The turns at an SQLite database file's write lock (None for PostgreSQL, or an
+    SQLite database in memory)."""
+    path = engine.url.database
+    if engine.dialect.name != "sqlite" or not path or path == ":memory:":
+        return None
+    return Turns(Path(path + "-turns"))
 
 
 def _sqlite_begin_deferred(connection: Connection) -> None:
@@ -191,8 +208,13 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False}, pool_size=8)
         event.listen(engine, "connect", _sqlite_pragmas)
-        begin = _sqlite_begin_deferred if for_reads else _sqlite_begin_immediate
-        event.listen(engine, "begin", begin)
+        turns = sqlite_turns(engine)
+        if for_reads:
+            event.listen(engine, "begin", _sqlite_begin_deferred)
+        elif turns is None:
+            event.listen(engine, "begin", lambda c: c.exec_driver_sql("BEGIN IMMEDIATE"))
+        else:
+            event.listen(engine, "begin", _sqlite_begin_immediate(turns))
         return engine
     connect_args: dict[str, Any] = {"connect_timeout": settings.db_connect_timeout_seconds}
     reads: dict[str, Any] = {}
@@ -245,6 +267,7 @@ class Database:
     def __init__(self, settings: Settings) -> None:
         self._connect_timeout = settings.db_connect_timeout_seconds
         self.engine = make_engine(settings)
+        self._turns = sqlite_turns(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Reads that change nothing have an engine of their own (see make_engine).
         self.reader = make_engine(settings, for_reads=True)
@@ -260,6 +283,13 @@ class Database:
     def reads_on_loop(self) -> bool:
         """Whether `loop_read` can be used: PostgreSQL, through psycopg's asyncio driver."""
         return self.engine.dialect.name == "postgresql"
+
+    def give_way(self) -> None:
+        """SQLite: let writers waiting for the write lock go first (`kit.turns`); a
+        writer that commits batch after batch calls it between them. PostgreSQL: its
+        writers do not wait for one another's tables, and nothing is done."""
+        if self._turns is not None:
+            self._turns.give_way()
 
     @contextmanager
     def unit_of_work(self) -> Iterator[Session]:

@@ -116,6 +116,16 @@ async def expire_sftp_held(runtime: Runtime) -> None:
         log.info("sftp held files expired", count=expired)
 
 
+async def sweep_staged(runtime: Runtime) -> None:
+    """Records staged for files that ended without them (a job failed for good, or its
+    worker died between rejecting the file and removing what it staged): removed."""
+    from headwater.ingestion import staging
+
+    swept = await anyio.to_thread.run_sync(staging.sweep, runtime.db)
+    if swept:
+        log.info("staged records of ended files removed", transactions=swept)
+
+
 ORPHAN_SECONDS = 3600  # an object this old that nothing refers to is a crash's leftover
 ORPHAN_BATCH = 500
 
@@ -202,6 +212,7 @@ JOBS: list[Job] = [
     expire_sftp_held,
     sweep_incoming,
     sweep_orphans,
+    sweep_staged,
     send_email_replies,
     purge_events,
     purge_exports,

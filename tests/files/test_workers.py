@@ -41,6 +41,18 @@ def stored(runtime: Runtime, transaction: str) -> tuple[int, int]:
     return int(count or 0), len({r["order_id"] for r in rows})
 
 
+def shown(tenant: FileTenant, transaction: str) -> tuple[int, int]:
+    """(records of the transaction, records of the dataset) as `GET /platform/v1/data`
+    counts them: what a reader sees."""
+    query = {"client_id": tenant.client_id, "dataset_id": "orders", "page_size": 1}
+    counts = []
+    for params in (query | {"transaction_id": transaction}, query):
+        response = tenant.client.get("/platform/v1/data", params=params, headers=tenant.headers)
+        assert response.status_code == 200, response.text
+        counts.append(response.json()["total_entries"])
+    return counts[0], counts[1]
+
+
 def job_of(runtime: Runtime, transaction: str) -> Any:
     transaction_id = uuid.UUID(transaction)
     with runtime.db.read_session() as session:
@@ -90,8 +102,8 @@ def test_several_workers_share_the_queue_without_processing_a_file_twice(
 def worker_inside_file(
     tenant: FileTenant, settings: Settings, transaction_id: str, log_name: str, **env: str
 ) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """A `headwater worker` process, once it has claimed the job and is well into the
-    file (status `processing`); killed at the end if it still runs."""
+    """A `headwater worker` process, once it has claimed the job and committed some of
+    the file's batches (status `processing`); killed at the end if it still runs."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | {
         "HEADWATER_DATA_DIR": str(settings.data_dir),
         "HEADWATER_FILE_BATCH_ROWS": "1000",
@@ -114,7 +126,12 @@ def worker_inside_file(
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the worker never claimed the job"
             time.sleep(0.05)
-        time.sleep(0.5)  # well into the file
+        # well into the file: some of its batches committed (hidden)
+        runtime = runtime_of(tenant.client)
+        while stored(runtime, transaction_id)[0] == 0:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the worker never committed a batch"
+            time.sleep(0.02)
         assert tenant.transaction(transaction_id)["status"] == "processing"
         yield process, log
     finally:
@@ -137,8 +154,10 @@ def test_a_worker_killed_mid_file_leaves_a_job_that_runs_again_once(
     ):
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-    # nothing of the interrupted run is visible, and the job is still claimed
-    assert stored(runtime, transaction_id) == (0, 0)
+    # the killed run had committed batches (short transactions), yet none of them is
+    # visible, and the job is still claimed
+    assert stored(runtime, transaction_id)[0] > 0
+    assert shown(file_tenant, transaction_id) == (0, 0)
     state, attempts, claimed_by = job_of(runtime, transaction_id)
     assert (state, attempts) == ("running", 1)
     # a fresh worker takes the job over once the claim is stale
@@ -150,7 +169,8 @@ def test_a_worker_killed_mid_file_leaves_a_job_that_runs_again_once(
         time.sleep(0.2)
     assert file_tenant.transaction(transaction_id)["status"] == "completed"
     assert file_tenant.transaction(transaction_id)["records_accepted"] == rows
-    assert stored(runtime, transaction_id) == (rows, rows)
+    assert stored(runtime, transaction_id) == (rows, rows)  # the dead run's batches gone
+    assert shown(file_tenant, transaction_id) == (rows, rows)
     state, attempts, claimed_by = job_of(runtime, transaction_id)
     assert (state, attempts, claimed_by) == ("done", 2, "test-worker")
 
@@ -361,7 +381,7 @@ def test_a_worker_stopped_with_sigterm_mid_file_hands_the_job_back(
         code = process.wait(timeout=30)
     assert code == 0, log.read_text()
     assert "Traceback" not in log.read_text()
-    assert stored(runtime, transaction_id) == (0, 0)
+    assert shown(file_tenant, transaction_id) == (0, 0)
     state, attempts, claimed_by = job_of(runtime, transaction_id)
     assert (state, attempts, claimed_by) == ("queued", 0, None)  # handed back, not counted
     run_worker(file_tenant.client)

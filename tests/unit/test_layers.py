@@ -31,7 +31,15 @@ WIRING = ("headwater.runtime", "headwater.main", "headwater.cli", "headwater.wor
 HTTP = ("fastapi", "starlette", "headwater.web", "headwater.ops")
 # The tables each domain owns: no other module inserts, updates or deletes their rows.
 OWNED = {
-    "ingestion": {"Transaction", "Record", "RecordCount", "Dataset", "DatasetSchema", "FeedHead"},
+    "ingestion": {
+        "Transaction",
+        "Record",
+        "RecordCount",
+        "Dataset",
+        "DatasetSchema",
+        "FeedHead",
+        "StagedTransaction",
+    },
     "events": {"Event"},
     "files": {"FileJob", "FileUpload", "QuarantinedRow"},
     "sftp": {"SftpAccount", "SftpUpload", "SftpHeldFile"},
@@ -45,6 +53,7 @@ SQL_TABLES = {
         "dataset_record_counts",
         "datasets",
         "record_feed_heads",
+        "record_staging",
     ),
     "events": ("events",),
     "files": ("file_jobs", "file_uploads", "quarantined_rows"),

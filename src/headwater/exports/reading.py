@@ -29,6 +29,7 @@ import pyarrow.csv as pacsv
 from sqlalchemy import Connection, Text, cast, select
 
 from headwater.exports.columns import Column, raw_schema, raw_value
+from headwater.ingestion import staging
 from headwater.ingestion.models import Record
 
 CHUNK_ROWS = 20_000
@@ -64,7 +65,7 @@ def row_batches(
         Record.schema_version,
         Record.ingested_at,
         cast(Record.data, Text),
-    ).where(Record.dataset_pk == selection.dataset_pk)
+    ).where(Record.dataset_pk == selection.dataset_pk, staging.visible(selection.dataset_pk))
     if selection.after is not None:
         statement = statement.where(Record.ingested_at >= selection.after)
     if selection.before is not None:
@@ -129,8 +130,8 @@ def _copy_statement(selection: Selection, props: list[Column] | None) -> tuple[A
         source = sql.SQL("records AS r CROSS JOIN LATERAL json_to_record(r.data) AS x({})").format(
             sql.SQL(", ").join(declared)
         )
-    where: sql.Composable = sql.SQL("r.dataset_pk = %s")
-    params.append(selection.dataset_pk)
+    where: sql.Composable = sql.SQL("r.dataset_pk = %s AND " + staging.VISIBLE_SQL)
+    params += [selection.dataset_pk, selection.dataset_pk]
     if selection.after is not None:
         where += sql.SQL(" AND r.ingested_at >= %s")
         params.append(selection.after)

@@ -1,13 +1,15 @@
 """The durable file-processing queue: claim a job, process its file once, or fail it.
 
-A job is claimed in a short transaction (attempts + 1, `running`), then processed in one
-long database transaction that first locks the job's row: every record, quarantined row
-and the transaction's outcome commit together, or nothing does. A worker killed
-mid-file loses its connection, its transaction rolls back and its lock goes; the job is
-taken over once `file_job_stale_seconds` have passed since its claim, and runs again
-from the start: the result is as if it ran once. On PostgreSQL, `FOR UPDATE SKIP
-LOCKED` lets several workers share the queue without ever holding one job together;
-SQLite has one writer at a time, so its workers take turns.
+A job is claimed in a short transaction (attempts + 1, `running`). Its file is then
+processed in short database transactions (contract section 10): its records are staged
+a batch at a time, hidden (`ingestion.stage_rows`), and shown together with the
+transaction's final status and event in one last transaction. Each step renews the
+claim first (`claimed_at`, the job's lease). A worker killed mid-file leaves hidden
+records and a claim that goes stale once `file_job_stale_seconds` pass without a step;
+another worker then takes the job over, removes what the dead one staged, and runs the
+file again from its first row: the result is as if it ran once. On PostgreSQL, `FOR
+UPDATE SKIP LOCKED` lets several workers share the queue without ever holding one job
+together; SQLite has one writer at a time, so its workers take turns.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy import Connection, and_, delete, insert, or_, select, update
 from sqlalchemy.orm import aliased
 
 from headwater.db import Database
@@ -179,56 +181,51 @@ def file_error(record: int, line: int, message: str) -> dict[str, Any]:
 
 # --- processing -------------------------------------------------------------------------------
 
-
-class _Progress:
-    """Writes how many rows a file has read so far (`records_processed`) every
-    `EVERY_SECONDS`, in a short autocommit statement of its own, so that it is visible
-    while the file's own transaction runs. PostgreSQL only: SQLite has one writer, which
-    the file's transaction holds."""
-
-    EVERY_SECONDS = 2.0
-
-    def __init__(self, db: Database, transaction_id: uuid.UUID) -> None:
-        self.db = db
-        self.transaction_id = transaction_id
-        self.enabled = db.engine.dialect.name == "postgresql"
-        self.last = time.monotonic()
-
-    def reached(self, count: int) -> None:
-        """`count` rows are read: written if the last write is old enough."""
-        if self.enabled and time.monotonic() - self.last >= self.EVERY_SECONDS:
-            self.write(count)
-
-    def write(self, count: int) -> None:
-        self.last = time.monotonic()
-        try:
-            with self.db.atomic() as connection:
-                ingestion.progress(connection, self.transaction_id, count)
-        except Exception as exc:  # progress is a courtesy: never a reason to fail the file
-            log.warning("progress not written", error=str(exc).splitlines()[0])
+# How often a file's progress (`records_processed`) and its claim's heartbeat are written.
+PROGRESS_SECONDS = 2.0
 
 
 class Interrupted(Exception):
-    """The process is stopping: the job's transaction rolls back and the job is handed
-    back (`release(..., handed_back=True)`), to run again here or elsewhere."""
+    """The process is stopping: the job's open database transaction rolls back and the
+    job is handed back (`release(..., handed_back=True)`), to run again here or
+    elsewhere, from its first row."""
+
+
+class Lost(Exception):
+    """Another worker took the job over (this one's claim went stale): stop, store
+    nothing more."""
+
+
+def _own(connection: Connection, job_id: uuid.UUID, worker: str) -> bool:
+    """Whether the job is still this worker's, renewing its claim (`claimed_at`, the
+    lease a stale takeover reads) and locking its row until the caller's commit: a
+    worker that took it over waits for that commit, then finds the claim its own."""
+    renewed = connection.execute(
+        update(FileJob)
+        .where(FileJob.id == job_id, FileJob.claimed_by == worker, FileJob.state == RUNNING)
+        .values(claimed_at=utcnow_ms())
+    )
+    return bool(renewed.rowcount)
 
 
 def _watched(
     items: Iterator[parsers.Row | parsers.Table],
     *,
     stop: threading.Event | None,
-    progress: _Progress,
+    tick: Callable[[int], None],
 ) -> Iterator[parsers.Row | parsers.Table]:
     """`items`; every 1,000 rows or so, raise `Interrupted` if the process is stopping,
-    and let `progress` write how far the file has got."""
+    and every `PROGRESS_SECONDS` tell `tick` how many rows were read."""
     count = 0
     check = 0
+    last = time.monotonic()
     for item in items:
         if count >= check:
             if stop is not None and stop.is_set():
                 raise Interrupted()
-            if count:
-                progress.reached(count)
+            if count and time.monotonic() - last >= PROGRESS_SECONDS:
+                last = time.monotonic()
+                tick(count)
             check = count + 1000
         count += len(item.rows) if type(item) is parsers.Table else 1
         yield item
@@ -244,19 +241,15 @@ def run_job(
     stop: threading.Event | None = None,
 ) -> bool:
     """Process a claimed job's file; False if another worker holds it now. Raises
-    `Interrupted` (nothing stored) once `stop` is set."""
+    `Interrupted` (nothing shown) once `stop` is set.
+
+    Every step is a short database transaction (contract section 10): the records are
+    staged a batch at a time, hidden (`ingestion.stage_rows`), and shown with the
+    transaction's final status in the last one. Each step first renews the claim
+    (`_own`); a crash between steps leaves the records hidden, and the next run removes
+    them before it starts."""
     with db.begin() as connection:
-        # Wait for the row rather than skip it: another worker's claim_next may hold its
-        # lock for a moment (PostgreSQL keeps the lock of a row it re-checked and passed
-        # over), and skipping would leave this claimed job untouched until it went stale.
-        # A worker that took the job over holds it while it works, and then it is no
-        # longer ours: nothing is done twice.
-        job = connection.execute(
-            select(FileJob.file_id)
-            .where(FileJob.id == job_id, FileJob.claimed_by == worker, FileJob.state == RUNNING)
-            .with_for_update()
-        ).one_or_none()
-        if job is None:
+        if not _own(connection, job_id, worker):
             return False
         upload = connection.execute(
             select(
@@ -264,15 +257,25 @@ def run_job(
                 FileUpload.object_key,
                 FileUpload.content_type,
                 FileUpload.size,
-            ).where(FileUpload.id == job.file_id)
+            )
+            .join(FileJob, FileJob.file_id == FileUpload.id)
+            .where(FileJob.id == job_id)
         ).one()
         target = ingestion.file_target(connection, upload.transaction_id)
-        file = _File(connection, target, batch_rows=settings.batch_rows)
-        try:
-            stream = store.open(upload.object_key)
-        except FileNotFoundError:
+        ingestion.stage_begin(connection, target)
+    _discard(db, target.transaction_id)  # what an earlier run left, if it died
+    try:
+        stream = store.open(upload.object_key)
+    except FileNotFoundError:
+        with db.begin() as connection:
+            if not _own(connection, job_id, worker):
+                return False
+            ingestion.stage_end(connection, target.transaction_id)
             _missing(connection, job_id, target.transaction_id)
-            return True
+        return True
+    stager = _Stager(db, target, lambda c: _own(c, job_id, worker))
+    file = _File(stager, target, batch_rows=settings.batch_rows)
+    try:
         with stream:
             rows = parsers.rows(
                 stream,
@@ -281,9 +284,20 @@ def run_job(
                 compressed_size=upload.size or 0,
                 max_expanded=settings.max_expanded,
             )
-            progress = _Progress(db, target.transaction_id)
-            outcome = file.process(_watched(rows, stop=stop, progress=progress))
-        now = utcnow_ms()
+            outcome = file.process(_watched(rows, stop=stop, tick=file.tick))
+    except Lost:
+        log.warning("file job taken over by another worker", job=str(job_id))
+        return False
+    if outcome != ingestion.Status.COMPLETED:
+        _discard(db, target.transaction_id)
+    now = utcnow_ms()
+    with db.begin() as connection:
+        if not _own(connection, job_id, worker):
+            return False
+        if outcome == ingestion.Status.COMPLETED:
+            ingestion.publish(connection, target, file.tally.accepted)
+        else:
+            ingestion.stage_end(connection, target.transaction_id)
         ingestion.finish(
             connection,
             target.transaction_id,
@@ -305,6 +319,28 @@ def run_job(
     return True
 
 
+def _discard(db: Database, transaction_id: uuid.UUID) -> None:
+    """Remove what a file's runs stored and did not show: its staged records and its
+    quarantined rows, in short database transactions."""
+    ingestion.discard(db, transaction_id)
+    while True:
+        with db.begin() as connection:
+            some = (
+                select(QuarantinedRow.seq)
+                .where(QuarantinedRow.transaction_id == transaction_id)
+                .limit(DISCARD_ROWS)
+                .scalar_subquery()
+            )
+            count = connection.execute(
+                delete(QuarantinedRow).where(
+                    QuarantinedRow.transaction_id == transaction_id, QuarantinedRow.seq.in_(some)
+                )
+            ).rowcount
+        if count < DISCARD_ROWS:
+            return
+
+
+DISCARD_ROWS = 5000
 MISSING = "the stored file is missing (the store lost it): send the file again"
 
 
@@ -315,13 +351,81 @@ def _missing(connection: Connection, job_id: uuid.UUID, transaction_id: uuid.UUI
     log.error("file job failed: stored file missing", transaction_id=str(transaction_id))
 
 
-class _File:
-    """One file's rows on their way into the database, inside the caller's transaction."""
+# A batch for the writer thread: valid records, quarantined rows, and the rows read so
+# far (a progress tick, or None).
+Batch = tuple[list[dict[str, Any]], list[dict[str, Any]], int | None]
+
+
+class _Stager:
+    """A file's batches written to the database, on the writer thread, in short database
+    transactions: each renews the job's claim first (`own`; `Lost` if it is gone), and
+    commits once it has been open `hold` seconds. SQLite has one writer: there every batch
+    commits, and before the next one begins, writers waiting for the lock go first
+    (`Database.give_way`)."""
 
     def __init__(
-        self, connection: Connection, target: ingestion.FileTarget, *, batch_rows: int
+        self, db: Database, target: ingestion.FileTarget, own: Callable[[Connection], bool]
     ) -> None:
-        self.connection = connection
+        self.db = db
+        self.target = target
+        self.own = own
+        self.hold = 0.0 if db.engine.dialect.name == "sqlite" else HOLD_SECONDS
+        self._connection: Connection | None = None
+        self._began = 0.0
+
+    def write(self, batch: Batch) -> None:
+        records, held, processed = batch
+        connection = self._open()
+        if records:
+            ingestion.stage_rows(connection, self.target, records)
+        if held:
+            connection.execute(insert(QuarantinedRow), held)
+        if processed is not None:
+            ingestion.progress(connection, self.target.transaction_id, processed)
+        if time.monotonic() - self._began >= self.hold:
+            self.commit()
+
+    def _open(self) -> Connection:
+        if self._connection is None:
+            connection = self.db.engine.connect()
+            connection.begin()
+            self._connection = connection
+            self._began = time.monotonic()
+            if not self.own(connection):
+                self.close(commit=False)
+                raise Lost()
+        return self._connection
+
+    def commit(self) -> None:
+        if self._connection is not None:
+            self.close(commit=True)
+            self.db.give_way()
+
+    def close(self, *, commit: bool) -> None:
+        """End the open database transaction, if any: committed, or rolled back."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        try:
+            if commit:
+                connection.commit()
+            else:
+                connection.rollback()
+        finally:
+            connection.close()
+
+
+# A staging transaction is committed once open this long (PostgreSQL; contract section
+# 10 allows 10 s): few commits, and each short.
+HOLD_SECONDS = 1.0
+
+
+class _File:
+    """One file's rows checked, and handed in batches to a writer thread that stages
+    them (`_Stager`)."""
+
+    def __init__(self, stager: _Stager, target: ingestion.FileTarget, *, batch_rows: int) -> None:
+        self.stager = stager
         self.target = target
         self.batch_rows = batch_rows
         self.tally = Tally()
@@ -329,22 +433,25 @@ class _File:
         self.records: list[dict[str, Any]] = []  # valid, not yet handed to the writer
         self.held: list[dict[str, Any]] = []  # quarantined, not yet handed to the writer
         self.rejecting = False  # a row was refused and the dataset does not quarantine
+        self.writer: _Writer | None = None
 
     def process(self, rows: Any) -> ingestion.Status:
-        """Store every valid row (in batches) and handle the invalid ones by the dataset's
-        policy; answers the transaction's status. Nothing is stored for a rejected file.
+        """Stage every valid row (in batches) and handle the invalid ones by the dataset's
+        policy; answers the transaction's status. A rejected file's staged rows are the
+        caller's to discard.
 
         Batches are written by a second thread while this one parses the next: the
         database's work and the parsing overlap (the driver releases the GIL while it
         waits for the server).
         """
-        savepoint = self.connection.begin_nested()
-        writer = _Writer(self._write)
+        stager = self.stager
+        writer = self.writer = _Writer(stager.write, done=stager.commit)
         try:
             outcome = self._rows(rows, writer)
+            writer.close()
         except parsers.FileUnreadable as exc:
             writer.close(discard=True)
-            savepoint.rollback()
+            stager.close(commit=False)
             tally = self.tally
             tally.accepted = 0
             tally.error_count += 1
@@ -353,14 +460,16 @@ class _File:
             return ingestion.Status.REJECTED
         except BaseException:
             writer.close(discard=True)
+            stager.close(commit=False)
             raise
-        writer.close()
         if outcome == ingestion.Status.REJECTED:
-            savepoint.rollback()
             self.tally.accepted = 0
-        else:
-            savepoint.commit()
         return outcome
+
+    def tick(self, rows: int) -> None:
+        """`rows` are read: the writer writes the progress (and renews the claim)."""
+        if self.writer is not None:
+            self.writer.put(([], [], rows))
 
     def _rows(self, items: Any, writer: _Writer) -> ingestion.Status:
         """Each row checked (a `Table`'s together: normalised a column at a time and
@@ -405,7 +514,7 @@ class _File:
         if self.rejecting:
             return ingestion.Status.REJECTED
         tally.accepted += len(self.records)
-        writer.put((self.records, self.held))
+        writer.put((self.records, self.held, None))
         return ingestion.Status.COMPLETED
 
     def _keep(self, records: list[dict[str, Any]], writer: _Writer) -> None:
@@ -420,7 +529,7 @@ class _File:
     def _flush(self, writer: _Writer) -> None:
         """Hand the valid records read so far to the writer."""
         self.tally.accepted += len(self.records)
-        writer.put((self.records, []))
+        writer.put((self.records, [], None))
         self.records = []
 
     def _invalid(
@@ -466,24 +575,18 @@ class _File:
             }
         )
         if len(self.held) >= self.batch_rows:
-            writer.put(([], self.held))
+            writer.put(([], self.held, None))
             self.held = []
-
-    def _write(self, batch: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
-        records, held = batch
-        if records:
-            ingestion.store_rows(self.connection, self.target, records)
-        if held:
-            self.connection.execute(insert(QuarantinedRow), held)
 
 
 class _Writer:
-    """One thread that runs `write` on each batch put to it, in order; at most two
-    batches wait, so memory stays bounded. The first error stops it and is raised to
+    """One thread that runs `write` on each batch put to it, in order, then `done`; at
+    most two batches wait, so memory stays bounded. The first error stops it and is raised to
     the producer at its next put, or at close."""
 
-    def __init__(self, write: Callable[[Any], None]) -> None:
+    def __init__(self, write: Callable[[Any], None], *, done: Callable[[], None]) -> None:
         self._write = write
+        self._done = done
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
         self._discard = False
@@ -497,6 +600,11 @@ class _Writer:
                     self._write(item)
                 except BaseException as exc:
                     self._error = exc
+        if self._error is None and not self._discard:
+            try:
+                self._done()
+            except BaseException as exc:
+                self._error = exc
 
     def put(self, item: Any) -> None:
         if self._error is not None:

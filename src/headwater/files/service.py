@@ -482,7 +482,9 @@ def expire_uploads(db: Database, *, grace: timedelta, limit: int = 500) -> int:
 def quarantined(
     session: Session, caller: Principal, transaction_id: uuid.UUID, query: QuarantineQuery
 ) -> tuple[Sequence[QuarantinedRow], int]:
-    ingestion.file_transaction(session, caller, transaction_id)
+    transaction = ingestion.file_transaction(session, caller, transaction_id)
+    if transaction.status == ingestion.Status.PROCESSING:
+        return [], 0  # its rows are held as they are read, and shown with its outcome
     statement = select(QuarantinedRow).where(QuarantinedRow.transaction_id == transaction_id)
     if query.status == "open":
         statement = statement.where(QuarantinedRow.resolved_by.is_(None))
@@ -500,6 +502,8 @@ def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid
     new errors. One database transaction: all of it happens, or none."""
     with db.read_session() as session:
         source = ingestion.file_transaction(session, caller, transaction_id)
+    if source.status == ingestion.Status.PROCESSING:
+        raise NothingToResubmit(f"Transaction {transaction_id} is still processing.")
     new_id = uuid.uuid4()
     now = utcnow_ms()
     with db.begin() as connection:

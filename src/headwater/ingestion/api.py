@@ -3,13 +3,17 @@ open a transaction, hand it checked rows and finish it here, and never touch
 ingestion's tables themselves.
 
 Every function works in the caller's database transaction (a Session or Connection
-the caller's unit of work commits); none commits. A channel's life of a file:
+the caller's unit of work commits) and none commits, but `discard`, which removes a
+file's staged records in short transactions of its own. A channel's life of a file:
 
     transaction_id = open_file(...)            # awaiting_upload, or processing
     received(...)                              # the bytes arrived: processing
     target = file_target(connection, id)       # the dataset's current schema, compiled
-    store_rows(connection, target, records)    # as many times as there are batches
-    finish(connection, id, Status.COMPLETED, **counts)   # writes the event, once
+    stage_begin(connection, target)            # its records hidden from here on
+    discard(db, id)                            # what an earlier run staged, if any
+    stage_rows(connection, target, records)    # a batch a short transaction, hidden
+    publish(connection, target, accepted)      # with `finish`, in one transaction:
+    finish(connection, id, Status.COMPLETED, **counts)   # shown at once, with the event
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import Any
 from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
+from headwater.db import Database
 from headwater.identity.tokens import Principal
-from headwater.ingestion import datasets, lifecycle, sinks
+from headwater.ingestion import datasets, lifecycle, sinks, staging
 from headwater.ingestion.errors import TransactionNotFound
 from headwater.ingestion.lifecycle import Channel, Status
 from headwater.ingestion.models import Dataset, Transaction
@@ -36,13 +41,18 @@ __all__ = [
     "FileTarget",
     "Status",
     "dataset_for",
+    "discard",
     "file_target",
     "file_transaction",
     "finish",
     "open_file",
     "progress",
+    "publish",
     "received",
     "record_finished",
+    "stage_begin",
+    "stage_end",
+    "stage_rows",
     "started",
     "store_rows",
     "visible_to",
@@ -176,6 +186,45 @@ def store_rows(
             )
         ],
     )
+
+
+def stage_begin(connection: Connection, target: FileTarget) -> None:
+    """The file's records are hidden from here on, until `publish` (`ingestion.staging`)."""
+    staging.begin(connection, target.transaction_id, target.dataset_pk)
+
+
+def stage_rows(
+    connection: Connection, target: FileTarget, records: Sequence[dict[str, Any]]
+) -> None:
+    """Store a batch of the file's checked records, hidden until `publish`, in the
+    caller's (short) database transaction."""
+    staging.stage(
+        connection,
+        sinks.RecordBatch(
+            records=records,
+            company_id=target.company_id,
+            dataset_pk=target.dataset_pk,
+            transaction_id=target.transaction_id,
+            schema_version=target.version,
+            ingested_at=target.ingested_at,
+        ),
+    )
+
+
+def publish(connection: Connection, target: FileTarget, records: int) -> None:
+    """Show the file's `records` staged records, counted, when the caller's database
+    transaction commits: the one that finishes it `completed`."""
+    staging.publish(connection, target.transaction_id, target.dataset_pk, records)
+
+
+def stage_end(connection: Connection, transaction_id: uuid.UUID) -> None:
+    """The file ends without records (rejected, failed): `discard` removed them."""
+    staging.end(connection, transaction_id)
+
+
+def discard(db: Database, transaction_id: uuid.UUID) -> int:
+    """Remove the file's staged records, in short database transactions of their own."""
+    return staging.discard(db, transaction_id)
 
 
 def record_finished(

@@ -20,7 +20,7 @@ from headwater.activity import service as activity
 from headwater.events import outbox
 from headwater.identity.models import IngestionClient
 from headwater.identity.tokens import Principal
-from headwater.ingestion import normalise, validation
+from headwater.ingestion import normalise, staging, validation
 from headwater.ingestion.errors import (
     ClientNotAllowed,
     ClientNotFound,
@@ -437,7 +437,7 @@ def _incompatibilities(
         problems.extend({"example": i, **e} for e in validation.errors_of(validator, example))
     recent = session.execute(
         select(Record.record_id, Record.data)
-        .where(Record.dataset_pk == dataset.id)
+        .where(Record.dataset_pk == dataset.id, staging.visible(dataset.id))
         .order_by(Record.ingested_at.desc(), Record.seq.desc())
         .limit(COMPATIBILITY_SAMPLE)
     ).all()

@@ -174,3 +174,14 @@ class RecordCount(Base):
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     records: Mapped[int] = mapped_column(BigInteger)
+
+
+class StagedTransaction(Base):
+    """A file transaction whose records are being stored in short database transactions
+    (`ingestion.staging`): while its row exists, none of its records is visible."""
+
+    __tablename__ = "record_staging"
+
+    transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -27,7 +27,16 @@ from sqlalchemy.orm import Session
 from headwater.db import Database, dialect_insert
 from headwater.errors import DomainError, MalformedJSON, is_unreachable
 from headwater.identity.tokens import Principal
-from headwater.ingestion import datasets, feed, lifecycle, metrics, repository, sinks, validation
+from headwater.ingestion import (
+    datasets,
+    feed,
+    lifecycle,
+    metrics,
+    repository,
+    sinks,
+    staging,
+    validation,
+)
 from headwater.ingestion.errors import (
     BatchTooLarge,
     DatasetNotFound,
@@ -558,7 +567,7 @@ def _records_statement(
         Record.schema_version,
         Record.ingested_at,
         Record.data,
-    ).where(Record.dataset_pk == dataset.id)
+    ).where(Record.dataset_pk == dataset.id, staging.visible(dataset.id))
     if query.transaction_id is not None:
         statement = statement.where(Record.transaction_id == query.transaction_id)
     if query.ingested_after is not None:

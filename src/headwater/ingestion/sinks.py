@@ -2,9 +2,10 @@
 
 A sink stores (`store`) transactions that are final with their records, their record
 counts and their events, or adds records (`add`) to a transaction stored already (a
-file, in its long database transaction). Both write in the caller's database
-transaction and never commit. The sink is chosen once per database (`for_dialect`);
-`tests/ingestion/test_sinks.py` is the contract every sink passes.
+file's batches, staged by `ingestion.staging` and counted when it publishes them). Both
+write in the caller's database transaction and never commit. The sink is chosen once
+per database (`for_dialect`); `tests/ingestion/test_sinks.py` is the contract every
+sink passes.
 
 PostgreSQL's does it in one statement (one round trip, atomic by itself, so it may run
 in autocommit), and writes groups of pushes from the event loop (`write_group`). The
@@ -77,8 +78,11 @@ class RecordSink(Protocol):
         records of their batches, counted. Each batch's `transaction_id` names one of
         the transactions."""
 
-    def add(self, connection: Connection, batches: Sequence[RecordBatch]) -> None:
-        """Add records to transactions stored already, in order, and count them."""
+    def add(
+        self, connection: Connection, batches: Sequence[RecordBatch], *, counted: bool = True
+    ) -> None:
+        """Add records to transactions stored already, in order, and count them (unless
+        not `counted`: a file's staged batches are counted when they are published)."""
 
     async def write_group(
         self,
@@ -136,6 +140,18 @@ def _add_counts(connection: Connection, batches: Sequence[RecordBatch]) -> None:
         connection.execute(_ADD_TO_COUNT, count)
 
 
+def add_count(
+    connection: Connection, dataset_pk: uuid.UUID, transaction_id: uuid.UUID, records: int
+) -> None:
+    """Add a transaction's `records` to its dataset's count (a staged file's, when its
+    records are published), on the transaction's shard as `add` counts them."""
+    if records:
+        shard = transaction_id.int % RecordCount.SHARDS
+        connection.execute(
+            _ADD_TO_COUNT, {"dataset_pk": dataset_pk, "shard": shard, "records": records}
+        )
+
+
 _INSERT_TRANSACTIONS = insert(Transaction)
 
 
@@ -153,11 +169,14 @@ class PortableSink:
         outbox.write(connection, events)
         self.add(connection, batches)
 
-    def add(self, connection: Connection, batches: Sequence[RecordBatch]) -> None:
+    def add(
+        self, connection: Connection, batches: Sequence[RecordBatch], *, counted: bool = True
+    ) -> None:
         batches = [batch for batch in batches if batch.records]
         if not batches:
             return
-        _add_counts(connection, batches)
+        if counted:
+            _add_counts(connection, batches)
         connection.execute(
             _INSERT_RECORDS,
             [
@@ -288,14 +307,19 @@ class PostgresSink:
     ) -> None:
         driver_execute(connection, *_store_statement(transactions, batches))
 
-    def add(self, connection: Connection, batches: Sequence[RecordBatch]) -> None:
+    def add(
+        self, connection: Connection, batches: Sequence[RecordBatch], *, counted: bool = True
+    ) -> None:
         """One statement a batch, the first adding to the counts too (one round trip
         a batch: a file's are added one after another)."""
         batches = [batch for batch in batches if batch.records]
         if not batches:
             return
-        counts = {"counts": orjson.dumps(_counts(batches)).decode()}
-        driver_execute(connection, _ADD_COUNTED, counts | _batch_params(batches[0]))
+        if counted:
+            counts = {"counts": orjson.dumps(_counts(batches)).decode()}
+            driver_execute(connection, _ADD_COUNTED, counts | _batch_params(batches[0]))
+        else:
+            driver_execute(connection, _UNNEST, _batch_params(batches[0]))
         for batch in batches[1:]:
             driver_execute(connection, _UNNEST, _batch_params(batch))
 

@@ -1,0 +1,117 @@
+"""A file's records on their way in: stored in short database transactions while the
+file is read, hidden until the file's transaction completes, then shown all at once.
+
+Contract section 10: a file's records become visible together when its transaction
+completes, yet no database transaction of a file lasts long (SQLite's one writer stays
+free for other writes; PostgreSQL's vacuum is never held back). So:
+
+- `begin` marks the transaction staged (a `record_staging` row);
+- `stage` stores a batch, in a short database transaction of the caller's; every read of
+  records leaves out those of a staged transaction (`visible`, a probe of a table that
+  holds only the files being processed);
+- `publish`, in the database transaction that completes the file, removes the mark and
+  counts the records: they appear at once, with the `completed` status;
+- `discard` removes a staged transaction's records in short transactions of its own: a
+  file that is rejected, or run again after its worker died, starts from nothing.
+
+A crash at any step leaves the records hidden (the mark commits before the first batch)
+until the file is run again or its transaction ends without them (`sweep`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, delete, select
+
+from headwater.db import Database, dialect_insert
+from headwater.ingestion import lifecycle, sinks
+from headwater.ingestion.models import Record, StagedTransaction, Transaction
+from headwater.kit.clock import utcnow_ms
+
+# Records removed by one short transaction of `discard`.
+DISCARD_BATCH = 5000
+
+
+def begin(connection: Connection, transaction_id: uuid.UUID, dataset_pk: uuid.UUID) -> None:
+    """Mark the transaction staged (again, if a run before this one marked it)."""
+    connection.execute(
+        dialect_insert(connection.dialect)(StagedTransaction)
+        .values(transaction_id=transaction_id, dataset_pk=dataset_pk, created_at=utcnow_ms())
+        .on_conflict_do_nothing(index_elements=["transaction_id"])
+    )
+
+
+def stage(connection: Connection, batch: sinks.RecordBatch) -> None:
+    """Store a batch of a staged transaction's checked records, hidden and not counted."""
+    sinks.for_dialect(connection.dialect.name).add(connection, [batch], counted=False)
+
+
+def publish(
+    connection: Connection, transaction_id: uuid.UUID, dataset_pk: uuid.UUID, records: int
+) -> None:
+    """Show a staged transaction's `records` records, counted, when the caller's database
+    transaction (the one that completes it) commits."""
+    end(connection, transaction_id)
+    sinks.add_count(connection, dataset_pk, transaction_id, records)
+
+
+def end(connection: Connection, transaction_id: uuid.UUID) -> None:
+    """The transaction is no longer staged (its records shown, or none left)."""
+    connection.execute(
+        delete(StagedTransaction).where(StagedTransaction.transaction_id == transaction_id)
+    )
+
+
+def discard(db: Database, transaction_id: uuid.UUID) -> int:
+    """Remove every record stored under the transaction, `DISCARD_BATCH` a short
+    database transaction; how many. For a staged transaction only: its records were
+    never shown."""
+    removed = 0
+    while True:
+        with db.begin() as connection:
+            some = (
+                select(Record.seq)
+                .where(Record.transaction_id == transaction_id)
+                .limit(DISCARD_BATCH)
+                .scalar_subquery()
+            )
+            count = connection.execute(
+                delete(Record).where(Record.transaction_id == transaction_id, Record.seq.in_(some))
+            ).rowcount
+        removed += count
+        if count < DISCARD_BATCH:
+            return removed
+
+
+def visible(dataset_pk: Any) -> Any:
+    """The condition a record of the dataset is visible on (its transaction not staged)."""
+    return Record.transaction_id.not_in(
+        select(StagedTransaction.transaction_id).where(StagedTransaction.dataset_pk == dataset_pk)
+    )
+
+
+# The same, as SQL text for psycopg itself: the records' alias `r`, the dataset a parameter.
+VISIBLE_SQL = (
+    "r.transaction_id NOT IN (SELECT transaction_id FROM record_staging WHERE dataset_pk = %s)"
+)
+
+
+def sweep(db: Database, *, limit: int = 100) -> int:
+    """Remove the staged records of transactions that ended without them (a file whose
+    job failed for good, or whose worker died between its rejection and `discard`'s
+    end); how many transactions."""
+    with db.read_connection() as connection:
+        ended: Sequence[Any] = connection.scalars(
+            select(StagedTransaction.transaction_id)
+            .join(Transaction, Transaction.id == StagedTransaction.transaction_id)
+            .where(Transaction.status.in_([str(s) for s in lifecycle.FINAL]))
+            .limit(limit)
+        ).all()
+    for transaction_id in ended:
+        discard(db, transaction_id)
+        with db.begin() as connection:
+            end(connection, transaction_id)
+    return len(ended)
