@@ -16,6 +16,7 @@ seen during the file (the contract allows 10 s).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import tempfile
@@ -123,6 +124,10 @@ def _status(url: str, headers: dict[str, str], transaction_id: str) -> dict[str,
     return view
 
 
+def _ended(url: str, headers: dict[str, str], transaction_id: str) -> bool:
+    return _status(url, headers, transaction_id)["status"] not in ("awaiting_upload", "processing")
+
+
 class LongestTransaction:
     """PostgreSQL: the longest open database transaction on the benchmark's database,
     sampled every 0.1 s (the sampler's own connection left out)."""
@@ -196,13 +201,9 @@ def run(database: str, mb: int, rounds: int) -> None:
                     start = time.perf_counter()
                     if longest:
                         longest.__enter__()
+                    ended = functools.partial(_ended, url, big.headers, transaction_id)
                     try:
-                        file_writes.run(
-                            lambda: (
-                                _status(url, big.headers, transaction_id)["status"]
-                                not in ("awaiting_upload", "processing")
-                            )
-                        )
+                        file_writes.run(ended)
                     finally:
                         if longest:
                             longest.__exit__()
