@@ -66,9 +66,8 @@ class Writes:
                     "dataset_id": "orders",
                     "data": [{"order_id": f"B-{n}", "amount": n}],
                 }
-                self._timed(
-                    lambda body=body: http.post("/platform/v1/data/json", json=body), self.pushes
-                )
+                post = functools.partial(http.post, "/platform/v1/data/json", json=body)
+                self._timed(post, self.pushes)
 
     def revoke_loop(self) -> None:
         with httpx.Client(base_url=self.url, headers=self.admin, timeout=60) as http:
@@ -81,8 +80,8 @@ class Writes:
                     self.failures[made.status_code] = self.failures.get(made.status_code, 0) + 1
                     continue
                 client_id = made.json()["client_id"]
-                gone = f"/admin/v1/credentials/{client_id}"
-                self._timed(lambda gone=gone: http.delete(gone), self.revokes)
+                revoke = functools.partial(http.delete, f"/admin/v1/credentials/{client_id}")
+                self._timed(revoke, self.revokes)
 
     def run(self, until: Callable[[], bool]) -> None:
         threads = [
@@ -122,6 +121,10 @@ def _status(url: str, headers: dict[str, str], transaction_id: str) -> dict[str,
     answer = httpx.get(f"{url}/platform/v1/transactions/{transaction_id}", headers=headers)
     view: dict[str, Any] = answer.json()
     return view
+
+
+def _passed(moment: float) -> bool:
+    return time.perf_counter() >= moment
 
 
 def _ended(url: str, headers: dict[str, str], transaction_id: str) -> bool:
@@ -213,8 +216,7 @@ def run(database: str, mb: int, rounds: int) -> None:
                     assert done["records_accepted"] == rows, done
                     quiet = Writes(url, admin, other)  # the anchor: no file
                     quiet_start = time.perf_counter()
-                    until = quiet_start + min(seconds, 20)
-                    quiet.run(lambda until=until: time.perf_counter() >= until)
+                    quiet.run(functools.partial(_passed, quiet_start + min(seconds, 20)))
                     print(_summary(f"round {round_ + 1}: during file", file_writes, seconds))
                     if longest:
                         print(
