@@ -11,6 +11,7 @@ def load_all() -> None:
     import headwater.identity.models
     import headwater.inbox.models
     import headwater.ingestion.models
+    import headwater.scheduler
     import headwater.sftp.models
     import headwater.webhooks.models
     import headwater.workflows.models  # noqa: F401

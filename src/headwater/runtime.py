@@ -49,8 +49,6 @@ class Runtime:
     # Wakes record feed requests waiting on a (client_id, dataset_id) when this process
     # commits records there.
     commits: Signals = field(default_factory=Signals)
-    # when each throttled periodic job last ran here (time.monotonic())
-    last_runs: dict[str, float] = field(default_factory=dict)
 
     async def close(self) -> None:
         await self.limiter.close()

@@ -11,7 +11,6 @@ import itertools
 import os
 import socket
 import threading
-import time
 import uuid
 from asyncio import Task
 from collections.abc import Awaitable, Callable
@@ -21,6 +20,7 @@ from typing import Any
 import anyio.to_thread
 import structlog
 
+from headwater import scheduler
 from headwater.config import Settings
 from headwater.exports import service as exports
 from headwater.files import processing
@@ -133,13 +133,8 @@ ORPHAN_BATCH = 500
 async def sweep_orphans(runtime: Runtime) -> None:
     """Stored objects that no upload, held SFTP file or export refers to, older than
     ORPHAN_SECONDS: the bytes of a channel's file whose process died between storing
-    them and the commit of their transaction. Removed, at most once an hour here."""
+    them and the commit of their transaction. Removed (the scheduler runs it hourly)."""
     from headwater.sftp import held
-
-    now = time.monotonic()
-    if now - runtime.last_runs.get("sweep_orphans", -ORPHAN_SECONDS) < ORPHAN_SECONDS:
-        return
-    runtime.last_runs["sweep_orphans"] = now
 
     def known(ids: list[uuid.UUID]) -> set[uuid.UUID]:
         with runtime.db.read_session() as session:
@@ -203,36 +198,39 @@ async def purge_exports(runtime: Runtime) -> None:
         log.info("export files past their lifetime deleted", count=purged)
 
 
-JOBS: list[Job] = [
-    refresh_verification_keys,
-    forget_idempotency_keys,
-    expire_uploads,
-    poll_uploads,
-    expire_sftp_receipts,
-    expire_sftp_held,
-    sweep_incoming,
-    sweep_orphans,
-    sweep_staged,
-    send_email_replies,
-    purge_events,
-    purge_exports,
-]
-
-
-async def run_once(runtime: Runtime) -> None:
-    for job in JOBS:
-        try:
-            await job(runtime)
-        except Exception:
-            log.exception("worker job failed", job=job.__name__)
+def periodic(settings: Settings) -> list[scheduler.Periodic]:
+    """The periodic jobs: each once a period across every process (`scheduler`), but the
+    verification keys, which each process keeps for itself."""
+    every = settings.worker_interval_seconds
+    return [
+        scheduler.Periodic("refresh_verification_keys", every, refresh_verification_keys, True),
+        *(
+            scheduler.Periodic(job.__name__, every, job)
+            for job in (
+                forget_idempotency_keys,
+                expire_uploads,
+                poll_uploads,
+                expire_sftp_receipts,
+                expire_sftp_held,
+                sweep_incoming,
+                sweep_staged,
+                send_email_replies,
+                purge_events,
+                purge_exports,
+            )
+        ),
+        scheduler.Periodic("sweep_orphans", ORPHAN_SECONDS, sweep_orphans),
+    ]
 
 
 async def run_forever(runtime: Runtime, stop: asyncio.Event) -> None:
-    interval = runtime.settings.worker_interval_seconds
+    """Run the periodic jobs when due, until `stop`."""
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    schedule = scheduler.Schedule(runtime.db, periodic(runtime.settings), owner)
     while not stop.is_set():
-        await run_once(runtime)
+        await schedule.run_due(runtime, on_thread=anyio.to_thread.run_sync)
         try:
-            await asyncio.wait_for(stop.wait(), timeout=interval)
+            await asyncio.wait_for(stop.wait(), timeout=schedule.tick)
         except TimeoutError:
             continue
 

@@ -1,0 +1,166 @@
+"""The one scheduler (issue 33): a periodic job runs once a period however many
+processes run the schedule; a job kept per process runs in each."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from starlette.testclient import TestClient
+
+from headwater import scheduler, worker
+from headwater.config import Settings
+from headwater.runtime import Runtime
+
+CLAIMER = """
+import sys, time
+from headwater.config import Settings
+from headwater.db import Database
+from headwater import scheduler
+db = Database(Settings())
+names = sys.argv[1].split(",")
+start = float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))  # every process starts together
+won = [name for name in names if scheduler.claim(db, name, every=3600, owner=sys.argv[3])]
+print(",".join(won))
+"""
+
+
+def _runtime(client: TestClient) -> Runtime:
+    return client.app.state.runtime  # type: ignore[attr-defined,no-any-return]
+
+
+def test_claimers_on_threads_take_each_period_once(client: TestClient) -> None:
+    db = _runtime(client).db
+    names = [f"job-{uuid.uuid4().hex[:8]}" for _ in range(20)]
+    wins: list[tuple[str, str]] = []
+    barrier = threading.Barrier(4)
+
+    def claimer(owner: str) -> None:
+        barrier.wait()
+        for name in names:
+            if scheduler.claim(db, name, every=3600, owner=owner):
+                wins.append((name, owner))
+
+    threads = [threading.Thread(target=claimer, args=(f"t{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(name for name, _ in wins) == sorted(names)  # each once, none missed
+    # the period has not passed: nobody takes them again
+    assert not any(scheduler.claim(db, name, every=3600, owner="late") for name in names)
+    # a job whose period has passed is taken again, once
+    assert scheduler.claim(db, "due-" + names[0], every=0.0, owner="a")
+    assert scheduler.claim(db, "due-" + names[0], every=3600, owner="b")
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_worker_processes_take_each_period_once(
+    settings: Settings, backend: str, processes: int, tmp_path: Path
+) -> None:
+    """Separate processes (as `serve --workers N` and `headwater worker` run), started
+    together, claim 30 jobs: each job is taken by exactly one of them."""
+    import time
+
+    names = [f"proc-{uuid.uuid4().hex[:8]}" for _ in range(30)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
+    env["HEADWATER_DATA_DIR"] = str(settings.data_dir)
+    if settings.database_url:
+        env["HEADWATER_DATABASE_URL"] = settings.database_url
+    start = time.time() + 3.0
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, ",".join(names), str(start), f"p{i}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(processes)
+    ]
+    won: list[str] = []
+    for process in running:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        won += [name for name in out.strip().split(",") if name]
+    assert sorted(won) == sorted(names)
+
+
+def test_a_schedule_runs_a_shared_job_once_a_period_and_a_local_one_in_each(
+    client: TestClient,
+) -> None:
+    runtime = _runtime(client)
+    runs: list[str] = []
+
+    def job(label: str) -> Any:
+        async def run(_context: object) -> None:
+            runs.append(label)
+
+        return run
+
+    shared = f"shared-{uuid.uuid4().hex[:8]}"
+    jobs = [
+        scheduler.Periodic(shared, 3600, job("shared")),
+        scheduler.Periodic("local", 3600, job("local"), everywhere=True),
+    ]
+    one = scheduler.Schedule(runtime.db, jobs, "one")
+    two = scheduler.Schedule(runtime.db, jobs, "two")
+
+    async def on_thread(call: Any, *args: Any) -> Any:
+        return call(*args)
+
+    async def rounds() -> None:
+        for schedule in (one, two, one, two):
+            await schedule.run_due(None, on_thread=on_thread)
+
+    asyncio.run(rounds())
+    assert sorted(runs) == ["local", "local", "shared"]
+    with runtime.db.read_session() as session:
+        ran_by = session.scalar(
+            select(scheduler.ScheduledJob.ran_by).where(scheduler.ScheduledJob.name == shared)
+        )
+    assert ran_by == "one"
+
+
+def test_a_failing_job_does_not_stop_the_others(client: TestClient) -> None:
+    runtime = _runtime(client)
+    runs: list[str] = []
+
+    async def boom(_context: object) -> None:
+        raise RuntimeError("boom")
+
+    async def fine(_context: object) -> None:
+        runs.append("fine")
+
+    jobs = [
+        scheduler.Periodic(f"boom-{uuid.uuid4().hex[:8]}", 3600, boom),
+        scheduler.Periodic(f"fine-{uuid.uuid4().hex[:8]}", 3600, fine),
+    ]
+
+    async def on_thread(call: Any, *args: Any) -> Any:
+        return call(*args)
+
+    ran = asyncio.run(scheduler.Schedule(runtime.db, jobs, "x").run_due(None, on_thread=on_thread))
+    assert runs == ["fine"]
+    assert len(ran) == 2
+
+
+def test_every_periodic_job_is_scheduled(client: TestClient) -> None:
+    """The worker's jobs: the orphan sweep hourly, the verification keys in each process,
+    the rest once a worker interval across processes."""
+    settings = _runtime(client).settings
+    jobs = {job.name: job for job in worker.periodic(settings)}
+    assert jobs["sweep_orphans"].every == worker.ORPHAN_SECONDS
+    assert jobs["refresh_verification_keys"].everywhere
+    assert {"expire_uploads", "purge_events", "sweep_staged", "send_email_replies"} <= set(jobs)
+    shared = [job for job in jobs.values() if not job.everywhere]
+    assert all(job.every >= settings.worker_interval_seconds for job in shared)
