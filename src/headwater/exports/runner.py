@@ -14,10 +14,11 @@ from typing import Any
 import structlog
 from sqlalchemy import select, update
 
+from headwater import jobs
 from headwater.db import Database
 from headwater.exports import columns, metrics, reading, writing
 from headwater.exports.models import Export
-from headwater.exports.service import COMPLETED, RUNNING, Interrupted, JobSettings, event
+from headwater.exports.service import COMPLETED, QUEUE, RUNNING, Interrupted, JobSettings, event
 from headwater.files.stores import Store
 from headwater.ingestion.models import DatasetSchema
 from headwater.kit.clock import utcnow_ms
@@ -70,11 +71,7 @@ def run(
 
     def renew() -> None:
         with db.begin() as connection:
-            connection.execute(
-                update(Export)
-                .where(Export.id == export_id, Export.claimed_by == worker)
-                .values(claimed_at=utcnow_ms())
-            )
+            jobs.renew(connection, QUEUE, export_id, worker=worker)
 
     started = time.monotonic()
     out = store.incoming_file(export.object_key)

@@ -11,9 +11,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import Connection, select, update
 from sqlalchemy.orm import Session
 
+from headwater import jobs
 from headwater.db import Database
 from headwater.events import outbox
 from headwater.exports import metrics
@@ -156,45 +157,39 @@ def check_download(
 # --- the worker's side ------------------------------------------------------------------------
 
 
+QUEUE = jobs.Queue(
+    model=Export,
+    state=Export.status,
+    queued=QUEUED,
+    running=RUNNING,
+    claimed_by=Export.claimed_by,
+    claimed_at=Export.claimed_at,
+    attempts=Export.attempts,
+    order=Export.created_at,
+)
+
+
 def claim_next(
     db: Database, *, worker: str, bucket: str, settings: JobSettings
 ) -> uuid.UUID | None:
     """Take the oldest export of this store (`bucket`, "" for the embedded one) that is
     queued, or running under a claim gone stale (its worker died); None when there is
     none. One past its attempts fails instead."""
-    while True:
-        now = utcnow_ms()
-        with db.begin() as connection:
-            row = connection.execute(
-                select(Export.id, Export.attempts)
-                .where(
-                    Export.bucket == bucket,
-                    or_(
-                        Export.status == QUEUED,
-                        and_(Export.status == RUNNING, Export.claimed_at < now - settings.stale),
-                    ),
-                )
-                .order_by(Export.created_at)
-                .limit(1)
-                .with_for_update(skip_locked=True)
-            ).one_or_none()
-            if row is None:
-                return None
-            if row.attempts >= settings.max_attempts:
-                _fail(connection, row.id, f"the export failed {row.attempts} times", now=now)
-                continue
-            connection.execute(
-                update(Export)
-                .where(Export.id == row.id)
-                .values(
-                    status=RUNNING,
-                    claimed_by=worker,
-                    claimed_at=now,
-                    attempts=row.attempts + 1,
-                    started_at=now,
-                )
-            )
-            return uuid.UUID(str(row.id))
+
+    def exhausted(connection: Connection, row: Any, now: datetime) -> None:
+        _fail(connection, row.id, f"the export failed {row.attempts} times", now=now)
+
+    row = jobs.claim(
+        db,
+        QUEUE,
+        worker=worker,
+        stale=settings.stale,
+        max_attempts=settings.max_attempts,
+        exhausted=exhausted,
+        where=lambda _now: [Export.bucket == bucket],
+        values={"started_at": lambda now: now},
+    )
+    return None if row is None else uuid.UUID(str(row.id))
 
 
 def event(connection: Any, export_id: uuid.UUID, type: outbox.EventType) -> str:
@@ -220,15 +215,7 @@ def _fail(connection: Any, export_id: uuid.UUID, error: str, *, now: datetime) -
 def release(db: Database, export_id: uuid.UUID, *, worker: str, handed_back: bool = False) -> None:
     """After a failed attempt: queue the export again at once (its attempts are counted).
     `handed_back`: the process is stopping, and this attempt does not count."""
-    values: dict[str, Any] = {"status": QUEUED, "claimed_by": None}
-    if handed_back:
-        values["attempts"] = Export.attempts - 1
-    with db.begin() as connection:
-        connection.execute(
-            update(Export)
-            .where(Export.id == export_id, Export.claimed_by == worker, Export.status == RUNNING)
-            .values(**values)
-        )
+    jobs.release(db, QUEUE, export_id, worker=worker, handed_back=handed_back)
 
 
 def purge(db: Database, store: Store, *, batch: int = 100) -> int:

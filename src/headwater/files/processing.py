@@ -24,9 +24,10 @@ from datetime import timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, and_, delete, insert, or_, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.orm import aliased
 
+from headwater import jobs
 from headwater.db import Database
 from headwater.files import parsers
 from headwater.files.models import DONE, QUEUED, RUNNING, FileJob, FileUpload, QuarantinedRow
@@ -96,62 +97,51 @@ def _company_busy(fresh_since: Any) -> Any:
     )
 
 
+QUEUE = jobs.Queue(
+    model=FileJob,
+    state=FileJob.state,
+    queued=QUEUED,
+    running=RUNNING,
+    claimed_by=FileJob.claimed_by,
+    claimed_at=FileJob.claimed_at,
+    attempts=FileJob.attempts,
+    order=FileJob.created_at,
+)
+
+
 def claim_next(
     db: Database, *, worker: str, bucket: str, settings: JobSettings
 ) -> uuid.UUID | None:
     """Take the oldest job of this store (`bucket`, "" for the embedded one) that is
-    queued, or running under a claim gone stale (its worker died); None when there is
-    none. A job past its attempts fails instead."""
-    while True:
-        now = utcnow_ms()
-        with db.begin() as connection:
-            row = connection.execute(
-                select(FileJob.id, FileJob.attempts, FileUpload.transaction_id)
-                .join(FileUpload, FileUpload.id == FileJob.file_id)
-                .where(
-                    FileJob.bucket == bucket,
-                    or_(
-                        FileJob.state == QUEUED,
-                        and_(FileJob.state == RUNNING, FileJob.claimed_at < now - settings.stale),
-                    ),
-                    ~_company_busy(now - settings.stale),
-                )
-                .order_by(FileJob.created_at)
-                .limit(1)
-                .with_for_update(skip_locked=True, of=FileJob)
-            ).one_or_none()
-            if row is None:
-                return None
-            if row.attempts >= settings.max_attempts:
-                _fail(
-                    connection,
-                    row.id,
-                    row.transaction_id,
-                    f"processing failed {row.attempts} times",
-                )
-                log.error("file job failed for good", job=str(row.id), attempts=row.attempts)
-                continue
-            connection.execute(
-                update(FileJob)
-                .where(FileJob.id == row.id)
-                .values(state=RUNNING, claimed_by=worker, claimed_at=now, attempts=row.attempts + 1)
-            )
-            ingestion.started(connection, row.transaction_id, at=now)
-            return uuid.UUID(str(row.id))
+    queued, or running under a claim gone stale (its worker died), of a company with no
+    other file being processed; None when there is none. A job past its attempts fails
+    instead."""
+
+    def exhausted(connection: Connection, row: Any, _now: Any) -> None:
+        _fail(connection, row.id, row.transaction_id, f"processing failed {row.attempts} times")
+        log.error("file job failed for good", job=str(row.id), attempts=row.attempts)
+
+    row = jobs.claim(
+        db,
+        QUEUE,
+        worker=worker,
+        stale=settings.stale,
+        max_attempts=settings.max_attempts,
+        exhausted=exhausted,
+        where=lambda now: [FileJob.bucket == bucket, ~_company_busy(now - settings.stale)],
+        columns=[FileUpload.transaction_id],
+        join=(FileUpload, FileUpload.id == FileJob.file_id),
+        claimed=lambda connection, row, now: ingestion.started(
+            connection, row.transaction_id, at=now
+        ),
+    )
+    return None if row is None else uuid.UUID(str(row.id))
 
 
 def release(db: Database, job_id: uuid.UUID, *, worker: str, handed_back: bool = False) -> None:
     """After a failed attempt: queue the job again at once (its attempts are counted).
     `handed_back`: the process is stopping, and this attempt does not count."""
-    values: dict[str, Any] = {"state": QUEUED, "claimed_by": None}
-    if handed_back:
-        values["attempts"] = FileJob.attempts - 1
-    with db.begin() as connection:
-        connection.execute(
-            update(FileJob)
-            .where(FileJob.id == job_id, FileJob.claimed_by == worker, FileJob.state == RUNNING)
-            .values(**values)
-        )
+    jobs.release(db, QUEUE, job_id, worker=worker, handed_back=handed_back)
 
 
 def _finish(connection: Connection, job_id: Any, *, now: Any) -> None:
@@ -197,15 +187,8 @@ class Lost(Exception):
 
 
 def _own(connection: Connection, job_id: uuid.UUID, worker: str) -> bool:
-    """Whether the job is still this worker's, renewing its claim (`claimed_at`, the
-    lease a stale takeover reads) and locking its row until the caller's commit: a
-    worker that took it over waits for that commit, then finds the claim its own."""
-    renewed = connection.execute(
-        update(FileJob)
-        .where(FileJob.id == job_id, FileJob.claimed_by == worker, FileJob.state == RUNNING)
-        .values(claimed_at=utcnow_ms())
-    )
-    return bool(renewed.rowcount)
+    """Whether the job is still this worker's, its claim renewed (`jobs.renew`)."""
+    return jobs.renew(connection, QUEUE, job_id, worker=worker)
 
 
 def _watched(

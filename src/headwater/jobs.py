@@ -1,0 +1,142 @@
+"""The one durable job queue: claim, lease, renew, hand back.
+
+A queue is a table of jobs (`Queue` names its columns): file jobs, exports. A job is
+`queued`, or `running` under a claim (`claimed_by`, and `claimed_at`, which is its
+lease: the claimant renews it at each step, and a claim not renewed for `stale` is
+taken over). `claim` takes the oldest job that is queued or whose claim went stale, in
+a short database transaction (`FOR UPDATE SKIP LOCKED` on PostgreSQL, so two claimers
+never hold one job and never wait for each other; SQLite's one writer on SQLite),
+counts the attempt, and answers the row. A job past its attempts is handed to the
+queue's `exhausted` instead (it fails for good). `renew` renews the claim in the
+claimant's own transaction, answering whether it still holds it: a claimant that lost
+its job to a takeover stops there. `release` queues a job again after a failed attempt,
+or, handed back at shutdown, without counting the attempt.
+
+Every user runs the same contract (`tests/reliability/test_job_queue.py`). The seam for
+a broker (Redis streams, RabbitMQ, SQS) is these three functions: a broker would
+deliver the job's id with its own lease and redelivery, and the table would keep the
+job's state and outcome, written with the job's change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, or_, select, update
+
+from headwater.db import Database
+from headwater.kit.clock import utcnow_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A table of jobs, as the queue sees it: its model, and the columns and values of
+    its state, claim and attempts, and the column that orders it (oldest first)."""
+
+    model: Any
+    state: Any
+    queued: str
+    running: str
+    claimed_by: Any
+    claimed_at: Any
+    attempts: Any
+    order: Any
+
+    @property
+    def id(self) -> Any:
+        return self.model.id
+
+
+# What to do with a job past its attempts: (connection, its row, now), in the claim's
+# transaction.
+Exhausted = Callable[[Connection, Any, datetime], None]
+
+
+def claim(
+    db: Database,
+    queue: Queue,
+    *,
+    worker: str,
+    stale: timedelta,
+    max_attempts: int,
+    exhausted: Exhausted,
+    where: Callable[[datetime], Sequence[Any]] | None = None,
+    columns: Sequence[Any] = (),
+    join: tuple[Any, Any] | None = None,
+    values: dict[str, Callable[[datetime], Any]] | None = None,
+    claimed: Callable[[Connection, Any, datetime], None] | None = None,
+) -> Any | None:
+    """Claim the oldest job that is queued, or running under a claim gone stale, among
+        those `where(now)` selects: its row (`id`, `attempts` and `columns`), or None when there
+        is none. The claim sets each of `values`' columns too (to its function of the claim's
+    time), and `claimed` runs in its transaction."""
+    while True:
+        now = utcnow_ms()
+        with db.begin() as connection:
+            statement = select(queue.id, queue.attempts, *columns)
+            if join is not None:
+                statement = statement.join(*join)
+            row = connection.execute(
+                statement.where(
+                    or_(
+                        queue.state == queue.queued,
+                        and_(queue.state == queue.running, queue.claimed_at < now - stale),
+                    ),
+                    *(where(now) if where is not None else ()),
+                )
+                .order_by(queue.order)
+                .limit(1)
+                .with_for_update(skip_locked=True, of=queue.model)
+            ).one_or_none()
+            if row is None:
+                return None
+            if row.attempts >= max_attempts:
+                exhausted(connection, row, now)
+                continue
+            connection.execute(
+                update(queue.model)
+                .where(queue.id == row.id)
+                .values(
+                    {
+                        queue.state: queue.running,
+                        queue.claimed_by: worker,
+                        queue.claimed_at: now,
+                        queue.attempts: row.attempts + 1,
+                    }
+                    | {getattr(queue.model, k): v(now) for k, v in (values or {}).items()}
+                )
+            )
+            if claimed is not None:
+                claimed(connection, row, now)
+            return row
+
+
+def renew(connection: Connection, queue: Queue, job_id: Any, *, worker: str) -> bool:
+    """Whether the job is still `worker`'s, renewing its claim and locking its row until
+    the caller's commit (a claimer taking it over waits for that commit, then finds the
+    claim renewed)."""
+    renewed = connection.execute(
+        update(queue.model)
+        .where(queue.id == job_id, queue.claimed_by == worker, queue.state == queue.running)
+        .values({queue.claimed_at: utcnow_ms()})
+    )
+    return bool(renewed.rowcount)
+
+
+def release(
+    db: Database, queue: Queue, job_id: Any, *, worker: str, handed_back: bool = False
+) -> None:
+    """After a failed attempt: queue the job again at once (the attempt counted).
+    `handed_back`: the process is stopping, and this attempt does not count."""
+    values: dict[Any, Any] = {queue.state: queue.queued, queue.claimed_by: None}
+    if handed_back:
+        values[queue.attempts] = queue.attempts - 1
+    with db.begin() as connection:
+        connection.execute(
+            update(queue.model)
+            .where(queue.id == job_id, queue.claimed_by == worker, queue.state == queue.running)
+            .values(values)
+        )
