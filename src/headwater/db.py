@@ -16,10 +16,12 @@ from sqlalchemy import (
     DateTime,
     Engine,
     MetaData,
+    bindparam,
     create_engine,
     event,
     select,
     text,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
@@ -98,6 +100,58 @@ def locked_head(connection: Connection, column: Any, key: Any) -> int:
     return int(
         connection.execute(select(table.pos).where(column == key).with_for_update()).scalar_one()
     )
+
+
+class Numbering:
+    """Positions given after commit, the one way both logs number their rows (the event
+    log by company, the record feed by dataset): the key's oldest committed rows without
+    a position get the next ones, in one statement, while the key's head row is locked
+    (`locked_head`), so one numbering of a key runs at a time. Every position a
+    numbering gives becomes visible at its commit, and any later one is given by a later
+    numbering: a reader that sees position n sees every position below it.
+
+    `head_key`: the head table's key column; `table`, `id`, `position`: the numbered
+    table, its primary key and its position column; `scope`: its column holding the
+    key; `unnumbered`: SQL of the rows waiting (committed, without a position); `order`:
+    the order they are given positions in. All are constants of ours, never input.
+    """
+
+    def __init__(
+        self,
+        *,
+        head_key: Any,
+        table: str,
+        id: str,
+        position: str,
+        scope: str,
+        unnumbered: str,
+        order: str,
+        key_type: Any,
+    ) -> None:
+        self.head_key = head_key
+        self.statement = text(
+            f"""
+            UPDATE {table} SET {position} = :head + todo.n
+            FROM (
+                SELECT {id}, row_number() OVER (ORDER BY {order}) AS n
+                FROM {table} WHERE {scope} = :key AND {unnumbered}
+                ORDER BY {order} LIMIT :limit
+            ) AS todo
+            WHERE {table}.{id} = todo.{id}
+            """  # noqa: S608 (constants of ours)
+        ).bindparams(bindparam("key", type_=key_type))
+
+    def give(self, connection: Connection, key: Any, *, limit: int) -> tuple[int, int]:
+        """Number the key's oldest waiting rows (at most `limit`): (the head before,
+        how many were given), in the caller's transaction."""
+        head = locked_head(connection, self.head_key, key)
+        given = int(
+            connection.execute(self.statement, {"head": head, "key": key, "limit": limit}).rowcount
+        )
+        if given:
+            table = self.head_key.class_
+            connection.execute(update(table).where(self.head_key == key).values(pos=head + given))
+        return head, given
 
 
 def driver_execute(connection: Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:

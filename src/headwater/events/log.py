@@ -35,32 +35,29 @@ from sqlalchemy import (
     Exists,
     Row,
     and_,
-    bindparam,
     delete,
     exists,
     func,
     insert,
     select,
-    text,
     update,
 )
 
-from headwater.db import locked_head
+from headwater.db import Numbering, locked_head
 from headwater.events.models import Event, EventHead, EventHorizon
 
-# Numbers a company's oldest unsequenced events from its head on, in insertion order, in
-# one statement (PostgreSQL and SQLite alike: window functions, UPDATE ... FROM). Nothing
-# comes back: what a sequencing gave is read as the range of positions it covers.
-_SEQUENCE = text(
-    """
-    UPDATE events SET pos = :head + todo.n
-    FROM (
-        SELECT seq, row_number() OVER (ORDER BY seq) AS n
-        FROM events WHERE company_id = :company AND pos IS NULL ORDER BY seq LIMIT :limit
-    ) AS todo
-    WHERE events.seq = todo.seq
-    """
-).bindparams(bindparam("company", type_=Event.company_id.type))
+# Numbers a company's oldest unsequenced events from its head on, in insertion order.
+# Nothing comes back: what a sequencing gave is read as the range of positions it covers.
+_NUMBERING = Numbering(
+    head_key=EventHead.company_id,
+    table="events",
+    id="seq",
+    position="pos",
+    scope="company_id",
+    unnumbered="pos IS NULL",
+    order="seq",
+    key_type=Event.company_id.type,
+)
 SEQUENCE_BATCH = 5000
 
 
@@ -104,15 +101,9 @@ def sequence(
     """Give the company's oldest committed events without a position (at most `limit`)
     the next positions, in insertion order; the range given, or None when none waited.
     Waits while another process sequences the same company (its head row's lock)."""
-    head = _locked_head(connection, company_id)
-    given = connection.execute(
-        _SEQUENCE, {"head": head, "company": company_id, "limit": limit}
-    ).rowcount
+    head, given = _NUMBERING.give(connection, company_id, limit=limit)
     if not given:
         return None
-    connection.execute(
-        update(EventHead).where(EventHead.company_id == company_id).values(pos=head + given)
-    )
     return Sequenced(company_id=company_id, first=head + 1, last=head + given)
 
 

@@ -29,7 +29,6 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Text,
-    bindparam,
     cast,
     exists,
     literal,
@@ -37,28 +36,26 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
-    update,
 )
 
-from headwater.db import Database, driver_execute, locked_head, unless_writer_busy
+from headwater.db import Database, Numbering, driver_execute, unless_writer_busy
 from headwater.errors import InvalidCursor
 from headwater.ingestion.models import UNFED, FeedHead, Record, Transaction
 from headwater.kit import cursors
 from headwater.kit.clock import iso_ms
 
 # Numbers a dataset's stored transactions that have no position yet, from its head on,
-# in the order they completed, in one statement (PostgreSQL and SQLite alike).
-_SEQUENCE = text(
-    f"""
-    UPDATE transactions SET feed_pos = :head + todo.n
-    FROM (
-        SELECT id, row_number() OVER (ORDER BY completed_at, id) AS n
-        FROM transactions WHERE dataset_pk = :dataset AND {UNFED}
-        ORDER BY completed_at, id LIMIT :limit
-    ) AS todo
-    WHERE transactions.id = todo.id
-    """  # noqa: S608 (UNFED is a constant)
-).bindparams(bindparam("dataset", type_=Transaction.dataset_pk.type))
+# in the order they completed.
+_NUMBERING = Numbering(
+    head_key=FeedHead.dataset_pk,
+    table="transactions",
+    id="id",
+    position="feed_pos",
+    scope="dataset_pk",
+    unnumbered=UNFED,
+    order="completed_at, id",
+    key_type=Transaction.dataset_pk.type,
+)
 SEQUENCE_BATCH = 5000
 
 
@@ -74,15 +71,7 @@ def pending(connection: Connection, dataset_pk: uuid.UUID) -> bool:
 def sequence(connection: Connection, dataset_pk: uuid.UUID, *, limit: int = SEQUENCE_BATCH) -> int:
     """Give the dataset's oldest committed, unnumbered transactions (at most `limit`) the
     next positions; how many. Waits while another process numbers the same dataset."""
-    head = locked_head(connection, FeedHead.dataset_pk, dataset_pk)
-    given = connection.execute(
-        _SEQUENCE, {"head": head, "dataset": dataset_pk, "limit": limit}
-    ).rowcount
-    if given:
-        connection.execute(
-            update(FeedHead).where(FeedHead.dataset_pk == dataset_pk).values(pos=head + given)
-        )
-    return int(given)
+    return _NUMBERING.give(connection, dataset_pk, limit=limit)[1]
 
 
 def catch_up(db: Database, dataset_pk: uuid.UUID) -> None:
