@@ -227,3 +227,21 @@ def test_an_empty_cell_of_a_string_field_with_a_format_is_an_absent_member(
     first = next(r["data"] for r in records if r["data"]["order_id"] == "A-1")
     assert "customer-email" not in first and "placed_at" not in first
     assert first["channel"] == ""
+
+
+def test_a_nul_in_a_file_is_the_error_a_push_gets(file_tenant: FileTenant) -> None:
+    """One record check for every door: a NUL (U+0000) in a file's row, NDJSON or CSV, is
+    refused with the error a push of the same record gets (keyword `characters`, at its
+    JSON Pointer, the same message), and nothing of the file is stored."""
+    record = {"order_id": "B\x00", "amount": 2}
+    pushed = file_tenant.push([record])
+    assert pushed.status_code == 422, pushed.text
+    expected = [(e["path"], e["keyword"], e["message"]) for e in pushed.json()["errors"]]
+    assert ("/order_id", "characters") in [(p, k) for p, k, _ in expected]
+    ndjson = file_tenant.upload(orjson.dumps(record) + b"\n", NDJSON, file_name="n.ndjson")
+    csv = file_tenant.upload("order_id,amount\nB\x00,2\n")
+    for transaction in (ndjson, csv):
+        assert transaction["status"] == "rejected", transaction
+        found = [(e["path"], e["keyword"], e["message"]) for e in transaction["errors"]]
+        assert found == expected
+        assert_nothing_stored(file_tenant, transaction)

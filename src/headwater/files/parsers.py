@@ -55,13 +55,16 @@ csv.field_size_limit(MAX_RECORD_BYTES)
 @dataclass(slots=True)
 class Row:
     """One record of a file (`data`), or why the row is not one (`keyword`, `message`,
-    and the row's text in `raw`). `line` is the file line where the row starts."""
+    and the row's text in `raw`). `line` is the file line where the row starts. A record
+    holding U+0000 says so (`nul`, with its text in `raw`): the core's record check
+    answers its errors."""
 
     line: int
     data: dict[str, Any] | None
     keyword: str = ""
     message: str = ""
     raw: str | None = None
+    nul: bool = False  # a string of `data` holds U+0000, which the record check refuses
 
 
 @dataclass(slots=True)
@@ -355,7 +358,8 @@ def _problem(fields: list[str], line: int, header: list[str], *, nul: bool) -> R
         message = f"the row has {len(fields)} fields; the header has {len(header)}"
         return Row(line, None, "columns", message, orjson.dumps(fields).decode())
     if nul and any("\x00" in field for field in fields):
-        return Row(line, None, "characters", NUL_MESSAGE, orjson.dumps(fields).decode())
+        data = dict(zip(header, fields, strict=True))
+        return Row(line, data, raw=orjson.dumps(fields).decode(), nul=True)
     return None
 
 
@@ -391,9 +395,6 @@ def _block(raw: bytes, first: int, header: list[str]) -> Iterator[Row | Table]:
     yield from gathered.flush()
 
 
-NUL_MESSAGE = "a string holds a NUL (U+0000) character, which cannot be stored"
-
-
 # --- NDJSON -------------------------------------------------------------------------------------
 
 
@@ -402,7 +403,7 @@ def _record(value: Any, line: int, raw: str, *, nul: bool) -> Row:
     if not isinstance(value, dict):
         return Row(line, None, "type", "a record must be a JSON object", raw)
     if nul and strictjson.has_nul(value):
-        return Row(line, None, "characters", NUL_MESSAGE, raw or orjson.dumps(value).decode())
+        return Row(line, value, raw=raw or orjson.dumps(value).decode(), nul=True)
     return Row(line, value)
 
 

@@ -33,7 +33,6 @@ from headwater.files import parsers
 from headwater.files.models import DONE, QUEUED, RUNNING, FileJob, FileUpload, QuarantinedRow
 from headwater.files.stores import Store
 from headwater.ingestion import api as ingestion
-from headwater.ingestion import validation
 from headwater.kit.clock import utcnow_ms
 
 log = structlog.get_logger("headwater.files")
@@ -51,29 +50,24 @@ class JobSettings:
 
 
 class Tally:
-    """Counts of one file's rows, and the first errors with their record and line."""
+    """Counts of one file's rows, and its errors (`ingestion.Errors`: all counted, the
+    first listed with their record and line)."""
 
     def __init__(self) -> None:
         self.received = 0
         self.accepted = 0
-        self.rejected = 0
-        self.error_count = 0
-        self.errors: list[dict[str, Any]] = []
+        self.errors = ingestion.Errors()
 
     def invalid(self, record: int, line: int, errors: Sequence[dict[str, Any]]) -> None:
-        self.rejected += 1
-        self.error_count += len(errors)
-        room = validation.MAX_LISTED_ERRORS - len(self.errors)
-        for error in errors[: max(room, 0)]:
-            self.errors.append({"record": record, "line": line, **error})
+        self.errors.add(record, errors, line=line)
 
     def columns(self) -> dict[str, Any]:
         return {
             "records_received": self.received,
             "records_accepted": self.accepted,
-            "records_rejected": self.rejected,
-            "error_count": self.error_count,
-            "errors": self.errors,
+            "records_rejected": self.errors.records,
+            "error_count": self.errors.count,
+            "errors": self.errors.listed,
         }
 
 
@@ -297,7 +291,7 @@ def run_job(
         status=outcome,
         received=file.tally.received,
         accepted=file.tally.accepted,
-        rejected=file.tally.rejected,
+        rejected=file.tally.errors.records,
     )
     return True
 
@@ -437,9 +431,7 @@ class _File:
             stager.close(commit=False)
             tally = self.tally
             tally.accepted = 0
-            tally.error_count += 1
-            tally.errors.insert(0, file_error(tally.received, exc.line, exc.message))
-            del tally.errors[validation.MAX_LISTED_ERRORS :]
+            tally.errors.first(file_error(tally.received, exc.line, exc.message))
             return ingestion.Status.REJECTED
         except BaseException:
             writer.close(discard=True)
@@ -455,31 +447,31 @@ class _File:
             self.writer.put(([], [], rows))
 
     def _rows(self, items: Any, writer: _Writer) -> ingestion.Status:
-        """Each row checked (a `Table`'s together: normalised a column at a time and
-        validated in one call), the valid ones batched to `writer`, the invalid ones
-        counted and (by the dataset's policy) held or the file rejected."""
+        """Each row through the core's record check (a `Table`'s together: normalised a
+        column at a time and validated in one call), the valid ones batched to `writer`,
+        the invalid ones counted and (by the dataset's policy) held or the file
+        rejected."""
         check = self.target.check
-        table, normalise, batch = check.normaliser.table, check.normaliser, check.batch
-        is_valid = check.validator.is_valid
         tally = self.tally
         self.records, self.held, self.rejecting = [], [], False
         for item in items:
             first = tally.received
             if type(item) is parsers.Table:
                 tally.received += len(item.rows)
-                cleaned = table(item.header, item.rows)
-                if batch is not None and batch.is_valid(cleaned):
+                cleaned, failed = ingestion.check_table(check, item.header, item.rows)
+                if not failed:
                     self._keep(cleaned, writer)
                     continue
+                failures = dict(failed)
                 header = item.header
                 for offset, (line, fields, record) in enumerate(
                     zip(item.lines, item.rows, cleaned, strict=True)
                 ):
-                    if is_valid(record):
+                    if offset not in failures:
                         self._keep([record], writer)
-                    else:
-                        data = dict(zip(header, fields, strict=True))
-                        self._invalid(first + offset, line, data, None, record, writer)
+                        continue
+                    data = dict(zip(header, fields, strict=True))
+                    self._refuse(first + offset, line, data, None, failures[offset], writer)
                 continue
             tally.received += 1
             data = item.data
@@ -487,9 +479,10 @@ class _File:
                 errors = [{"path": "", "keyword": item.keyword, "message": item.message}]
                 self._refuse(first, item.line, None, item.raw, errors, writer)
                 continue
-            record = normalise(data)
-            if not is_valid(record):
-                self._invalid(first, item.line, data, item.raw, record, writer)
+            record, errors = ingestion.check_one(check, data, nul=item.nul)
+            if errors:
+                # a record holding U+0000 is held as its text (escaped), never as JSON
+                self._refuse(first, item.line, None if item.nul else data, item.raw, errors, writer)
             elif not self.rejecting:
                 self.records.append(record)
                 if len(self.records) >= self.batch_rows:
@@ -514,19 +507,6 @@ class _File:
         self.tally.accepted += len(self.records)
         writer.put((self.records, [], None))
         self.records = []
-
-    def _invalid(
-        self,
-        index: int,
-        line: int,
-        data: dict[str, Any],
-        raw: str | None,
-        record: dict[str, Any],
-        writer: _Writer,
-    ) -> None:
-        """A record its schema refuses (`record`, normalised from `data`)."""
-        errors = list(validation.errors_of(self.target.check.validator, record))
-        self._refuse(index, line, data, raw, errors, writer)
 
     def _refuse(
         self,

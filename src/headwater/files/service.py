@@ -42,7 +42,6 @@ from headwater.files.schemas import QuarantineQuery, UploadUrl, UploadUrlQuery
 from headwater.files.stores import EmbeddedStore, Incoming, Store
 from headwater.identity.tokens import Principal
 from headwater.ingestion import api as ingestion
-from headwater.ingestion import validation
 from headwater.kit.clock import utcnow, utcnow_ms
 from headwater.kit.pagination import paginate
 
@@ -536,8 +535,8 @@ def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid
                 tally.received += 1
                 errors: list[dict[str, Any]] = row.errors
                 if row.data is not None:
-                    cleaned = check.normaliser(row.data)
-                    if check.validator.is_valid(cleaned):
+                    cleaned, errors = ingestion.check_one(check, row.data)
+                    if not errors:
                         stored.append(cleaned)
                         connection.execute(
                             update(QuarantinedRow)
@@ -545,7 +544,6 @@ def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid
                             .values(resolved_by=new_id)
                         )
                         continue
-                    errors = list(validation.errors_of(check.validator, cleaned))
                 tally.invalid(row.record, row.line, errors)
                 connection.execute(
                     update(QuarantinedRow)

@@ -29,21 +29,40 @@ from sqlalchemy.orm import Session
 
 from headwater.db import Database
 from headwater.identity.tokens import Principal
-from headwater.ingestion import datasets, lifecycle, sinks, staging
-from headwater.ingestion.errors import TransactionNotFound
+from headwater.ingestion import check, datasets, lifecycle, sinks, staging
+from headwater.ingestion.check import Errors
+from headwater.ingestion.datasets import UsableTree, usable_tree
+from headwater.ingestion.datasets import find as find_dataset
+from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.lifecycle import Channel, Status
 from headwater.ingestion.models import Dataset, Transaction
-from headwater.ingestion.service import get_transaction, visible_to
+from headwater.ingestion.schemas import DatasetId, TransactionRead
+from headwater.ingestion.service import (
+    PENDING_STATUSES,
+    get_transaction,
+    transaction_read,
+    visible_to,
+)
 from headwater.kit.clock import utcnow_ms
 
 __all__ = [
+    "PENDING_STATUSES",
     "Channel",
+    "DatasetId",
+    "DatasetNotFound",
+    "Errors",
     "FileTarget",
     "Status",
+    "TransactionNotFound",
+    "TransactionRead",
+    "UsableTree",
+    "check_one",
+    "check_table",
     "dataset_for",
     "discard",
     "file_target",
     "file_transaction",
+    "find_dataset",
     "finish",
     "open_file",
     "progress",
@@ -55,6 +74,8 @@ __all__ = [
     "stage_rows",
     "started",
     "store_rows",
+    "transaction_read",
+    "usable_tree",
     "visible_to",
 ]
 
@@ -186,6 +207,20 @@ def store_rows(
             )
         ],
     )
+
+
+def check_one(
+    compiled: datasets.Compiled, data: dict[str, Any], *, nul: bool = False
+) -> tuple[Any, list[dict[str, Any]]]:
+    """The core's record check of one record (`check.one`): normalised, and its errors."""
+    return check.one(compiled, data, nul=nul)
+
+
+def check_table(
+    compiled: datasets.Compiled, header: Sequence[str], rows: Sequence[Sequence[str]]
+) -> tuple[list[Any], list[tuple[int, list[dict[str, Any]]]]]:
+    """The core's record check of CSV rows under one header (`check.table`)."""
+    return check.table(compiled, header, rows)
 
 
 def stage_begin(connection: Connection, target: FileTarget) -> None:

@@ -12,10 +12,11 @@ from datetime import timedelta
 from typing import Any
 
 import anyio.to_thread
-import orjson
 from sqlalchemy import (
     Connection,
     Select,
+    Text,
+    cast,
     delete,
     func,
     literal,
@@ -28,6 +29,7 @@ from headwater.db import Database, dialect_insert
 from headwater.errors import DomainError, MalformedJSON, is_unreachable
 from headwater.identity.tokens import Principal
 from headwater.ingestion import (
+    check,
     datasets,
     feed,
     lifecycle,
@@ -35,7 +37,6 @@ from headwater.ingestion import (
     repository,
     sinks,
     staging,
-    validation,
 )
 from headwater.ingestion.errors import (
     BatchTooLarge,
@@ -277,10 +278,8 @@ def _check(
     """Normalise and validate the records (no database work). `nul`: the body may hold
     U+0000, which no record may (keyword `characters`)."""
     # each record normalised, with its JSON text when normalising left it as it was
-    cleaned, texts = target.compiled.normaliser.each_with_json(records)
-    error_count, errors = validation.batch_errors(
-        target.compiled.validator, cleaned, batch=target.compiled.batch, characters=nul
-    )
+    cleaned, texts, errors = check.batch(target.compiled, records, nul=nul)
+    error_count = errors.count
     received_at = utcnow_ms()
     transaction = lifecycle.new(
         channel="api",
@@ -295,9 +294,9 @@ def _check(
         schema_version=target.version,
         records_received=len(records),
         records_accepted=0 if error_count else len(records),
-        records_rejected=len({e["record"] for e in errors}) if error_count else 0,
+        records_rejected=errors.records,
         error_count=error_count,
-        errors=errors,
+        errors=errors.listed,
     )
     if error_count:
         return _Checked(transaction, None)
@@ -599,15 +598,10 @@ def list_records(
 
 
 def _line(row: Any) -> bytes:
-    return orjson.dumps(
-        {
-            "record_id": str(row.record_id),
-            "transaction_id": str(row.transaction_id),
-            "schema_version": row.schema_version,
-            "ingested_at": iso_ms(row.ingested_at),
-            "data": row.data,
-        }
-    )
+    """A record as an NDJSON line: `RecordRead`'s JSON text, its data as stored."""
+    return feed.record_json(
+        row.record_id, row.transaction_id, row.schema_version, iso_ms(row.ingested_at), row.data
+    ).encode()
 
 
 def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Iterator[bytes]:
@@ -618,7 +612,14 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
     short transaction of its own, so a slow reader holds no lock and no cursor.
     """
     with db.read_session() as session:
-        statement = _records_statement(session, caller, query)[0].add_columns(Record.seq)
+        statement = _records_statement(session, caller, query)[0].with_only_columns(
+            Record.record_id,
+            Record.transaction_id,
+            Record.schema_version,
+            Record.ingested_at,
+            cast(Record.data, Text).label("data"),  # the JSON text as stored
+            Record.seq,
+        )
 
     def lines() -> Iterator[bytes]:
         after: tuple[Any, int] | None = None

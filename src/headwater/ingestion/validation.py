@@ -206,32 +206,3 @@ def _format_message(value: Any, name: Any) -> str:
     shown = orjson.dumps(value).decode() if not isinstance(value, bytes) else repr(value)
     wanted = _FORMAT_NAMES.get(str(name), f"of the format {name!r}")
     return f"{shown} is not {wanted}"
-
-
-def batch_errors(
-    validator: Validator,
-    records: list[Any],
-    *,
-    batch: Validator | None = None,
-    limit: int = MAX_LISTED_ERRORS,
-    characters: bool = False,
-) -> tuple[int, list[dict[str, Any]]]:
-    """(how many errors, the first `limit` of them with their record index). With
-    `compile_batch`'s validator, a valid batch is told in one call. `characters`: also
-    look for U+0000 in every string (`character_errors`)."""
-    if not characters and batch is not None and batch.is_valid(records):
-        return 0, []
-    count = 0
-    listed: list[dict[str, Any]] = []
-    is_valid = validator.is_valid
-    for index, record in enumerate(records):
-        found = list(character_errors(record)) if characters else []
-        if not found and is_valid(record):
-            continue
-        for error in [*found, *errors_of(validator, record)]:
-            if characters:  # no NUL in what is stored and answered: written as \u0000
-                error = {k: v.replace("\x00", "\\u0000") for k, v in error.items()}
-            count += 1
-            if len(listed) < limit:
-                listed.append({"record": index, **error})
-    return count, listed
