@@ -4,30 +4,38 @@ under /uploads, and S3 bucket notifications under /hooks/v1."""
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import orjson
-from fastapi import APIRouter, Header, Path, Query, Request, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from headwater.errors import MalformedJSON, NotFound
 from headwater.files import service
 from headwater.files.schemas import QuarantinedRowRead, QuarantineQuery, UploadUrl, UploadUrlQuery
-from headwater.files.stores import UPLOAD_PATH, EmbeddedStore
-from headwater.ingestion.schemas import TransactionRead
-from headwater.ingestion.service import transaction_read
+from headwater.files.stores import UPLOAD_PATH, EmbeddedStore, Store
+from headwater.identity.deps import DataRead, DataWrite
+from headwater.ingestion.api import TransactionRead, transaction_read
 from headwater.kit.pagination import Page
 from headwater.web.deps import (
-    DataRead,
-    DataWrite,
     ReadSessionDep,
-    RuntimeDep,
+    Services,
     SessionDep,
     SignedRoute,
     StrictRoute,
+    get_runtime,
 )
 from headwater.web.responses import json_response
+
+
+class FilesServices(Services, Protocol):
+    """The running service's parts that files use."""
+
+    store: Store
+
+
+FilesRuntime = Annotated[FilesServices, Depends(get_runtime)]
 
 router = APIRouter(prefix="/platform/v1", tags=["data"], route_class=StrictRoute)
 uploads = APIRouter(tags=["upload (embedded store)"], route_class=SignedRoute)
@@ -49,7 +57,7 @@ def file_upload_url(
     query: Annotated[UploadUrlQuery, Query()],
     session: SessionDep,
     caller: DataWrite,
-    runtime: RuntimeDep,
+    runtime: FilesRuntime,
 ) -> object:
     """A URL to PUT one file to, and the transaction that follows its processing.
 
@@ -91,7 +99,7 @@ def list_quarantine(
         409: {"description": "The transaction has no open quarantined rows."},
     },
 )
-def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: RuntimeDep) -> object:
+def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: FilesRuntime) -> object:
     """Validate the open quarantined rows again, against the dataset's current schema, in
     a new transaction: rows that pass are stored; the others move to the new transaction
     with their new errors. Answers the new transaction."""
@@ -131,7 +139,7 @@ _FILE_BODY = {"schema": {"type": "string", "format": "binary"}}
 async def put_upload(
     key: Annotated[str, Path(description="The file's key, from the upload URL.")],
     request: Request,
-    runtime: RuntimeDep,
+    runtime: FilesRuntime,
     expires: Annotated[str | None, Query(description="Signed expiry (Unix time).")] = None,
     max_bytes: Annotated[str | None, Query(description="Signed size limit.")] = None,
     signature: Annotated[str | None, Query(description="HMAC-SHA256 signature.")] = None,
@@ -192,7 +200,7 @@ _S3_EVENT_EXAMPLE = {
 )
 async def storage_events(
     request: Request,
-    runtime: RuntimeDep,
+    runtime: FilesRuntime,
     authorization: Annotated[
         str | None,
         Header(description="`Bearer <HEADWATER_STORAGE_NOTIFICATION_SECRET>`."),

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints
 
 from headwater.identity.schemas import ClientId
-from headwater.ingestion.schemas import DatasetId
+from headwater.ingestion.api import DatasetId
 from headwater.kit.clock import Timestamp
 from headwater.kit.pagination import PageQuery
 from headwater.kit.schemas import Input, Output

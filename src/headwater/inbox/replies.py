@@ -19,9 +19,7 @@ from headwater.identity.tokens import Principal
 from headwater.inbox import metrics
 from headwater.inbox import service as inboxes
 from headwater.inbox.models import InboxMessage
-from headwater.ingestion.errors import TransactionNotFound
-from headwater.ingestion.schemas import TransactionRead
-from headwater.ingestion.service import PENDING_STATUSES, transaction_read
+from headwater.ingestion import api as ingestion
 from headwater.kit.clock import utcnow
 
 log = structlog.get_logger("headwater.email")
@@ -30,7 +28,7 @@ NOT_FINAL_RETRY = timedelta(seconds=5)
 MAX_ERRORS = 10
 
 
-def _outcome(views: list[TransactionRead]) -> str:
+def _outcome(views: list[ingestion.TransactionRead]) -> str:
     statuses = {view.status for view in views}
     if statuses == {"completed"}:
         return "completed"
@@ -40,7 +38,7 @@ def _outcome(views: list[TransactionRead]) -> str:
 
 
 def compose(
-    message: InboxMessage, views: list[TransactionRead], *, sender_from: str
+    message: InboxMessage, views: list[ingestion.TransactionRead], *, sender_from: str
 ) -> EmailMessage:
     """The reply: subject `[Headwater] <outcome>: <subject>`, threaded, a text body with
     each attachment's outcome, counts and first errors with their lines."""
@@ -114,12 +112,13 @@ def _reply(db: Database, settings: Settings, message_id: uuid.UUID, until: datet
         )
         try:
             views = [
-                transaction_read(session, caller, uuid.UUID(t)) for t in message.transaction_ids
+                ingestion.transaction_read(session, caller, uuid.UUID(t))
+                for t in message.transaction_ids
             ]
-        except TransactionNotFound:
+        except ingestion.TransactionNotFound:
             _record(db, message_id, until, _gone)
             return False
-        if any(view.status in PENDING_STATUSES for view in views):
+        if any(view.status in ingestion.PENDING_STATUSES for view in views):
             _record(db, message_id, until, _not_final)
             return False
         hour_ago = utcnow() - timedelta(hours=1)

@@ -21,7 +21,7 @@ from headwater.identity.tokens import Principal
 from headwater.inbox.errors import InboxNotFound
 from headwater.inbox.models import Inbox, InboxMessage, InboxMessageId
 from headwater.inbox.schemas import InboxQuery, InboxRead
-from headwater.ingestion import datasets
+from headwater.ingestion import api as ingestion
 from headwater.kit.clock import utcnow, utcnow_ms
 from headwater.kit.pagination import paginate
 
@@ -50,7 +50,7 @@ def create_inbox(
 ) -> Inbox:
     """An inbox for the dataset (404 if the client has no such dataset)."""
     client = identity.get_client_by_id(session, client_id)
-    dataset = datasets.find(session, client_id=client_id, dataset_id=dataset_id)
+    dataset = ingestion.find_dataset(session, client_id=client_id, dataset_id=dataset_id)
     inbox = Inbox(
         id=uuid.uuid4(),
         local_part=_local_part(),

@@ -37,9 +37,7 @@ from headwater.files import parsers
 from headwater.files import service as files
 from headwater.files.stores import Store, Writer
 from headwater.identity.tokens import Principal
-from headwater.ingestion import datasets
-from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
-from headwater.ingestion.service import PENDING_STATUSES, transaction_read
+from headwater.ingestion import api as ingestion
 from headwater.kit import memory
 from headwater.kit.connections import Connections
 from headwater.kit.ratelimit import FailureLimit
@@ -328,11 +326,11 @@ class Tree(asyncssh.SFTPServer):
 
     # --- what exists ----------------------------------------------------------------------
 
-    def _usable(self) -> datasets.UsableTree:
+    def _usable(self) -> ingestion.UsableTree:
         with self.hub.db.read_session() as session:
-            return datasets.usable_tree(session, self.caller)
+            return ingestion.usable_tree(session, self.caller)
 
-    async def _tree(self) -> datasets.UsableTree:
+    async def _tree(self) -> ingestion.UsableTree:
         """client → its datasets, as this account may use them, and the company's clients
         it may not use."""
         return await self.hub.run(self._usable)
@@ -355,10 +353,10 @@ class Tree(asyncssh.SFTPServer):
                 if only is not None and name != only:
                     continue
                 try:
-                    view = transaction_read(session, self.caller, upload.transaction_id)
-                except TransactionNotFound:  # no longer visible to this account
+                    view = ingestion.transaction_read(session, self.caller, upload.transaction_id)
+                except ingestion.TransactionNotFound:  # no longer visible to this account
                     continue
-                if view.status in PENDING_STATUSES:
+                if view.status in ingestion.PENDING_STATUSES:
                     continue
                 found[name] = view.model_dump_json().encode()
         return found
@@ -612,7 +610,7 @@ class Tree(asyncssh.SFTPServer):
         except Exception as exc:
             if renamed is None:  # a held file keeps its bytes: it can be renamed again
                 await self.hub.run(self.hub.store.delete, stored.key)
-            if isinstance(exc, DatasetNotFound):
+            if isinstance(exc, ingestion.DatasetNotFound):
                 raise _denied(str(exc)) from None
             if isinstance(exc, asyncssh.SFTPError):  # renamed by another session meanwhile
                 raise
