@@ -24,13 +24,15 @@ DOMAINS = (
     "sftp",
     "inbox",
     "exports",
+    "webhooks",
 )
-# the protocol adapters: HTTP routers and the SFTP server
-ROUTERS = ("router.py", "token_router.py", "server.py")
+# the protocol adapters: HTTP routers and their dependencies, the SFTP and SMTP servers
+ROUTERS = ("router.py", "token_router.py", "server.py", "deps.py")
 WIRING = ("headwater.runtime", "headwater.main", "headwater.cli", "headwater.worker")
 HTTP = ("fastapi", "starlette", "headwater.web", "headwater.ops")
 # The tables each domain owns: no other module inserts, updates or deletes their rows.
 OWNED = {
+    "identity": {"Company", "IngestionClient", "Credential", "TokenIssuer", "SigningKey"},
     "ingestion": {
         "Transaction",
         "Record",
@@ -38,29 +40,40 @@ OWNED = {
         "Dataset",
         "DatasetSchema",
         "FeedHead",
+        "IdempotencyKey",
         "StagedTransaction",
     },
-    "events": {"Event"},
+    "events": {"Event", "EventHead", "EventHorizon"},
     "files": {"FileJob", "FileUpload", "QuarantinedRow"},
     "sftp": {"SftpAccount", "SftpUpload", "SftpHeldFile"},
     "inbox": {"Inbox", "InboxMessage", "InboxMessageId"},
     "exports": {"Export"},
+    "workflows": {"WorkflowCategory", "WorkflowTemplate", "Workflow", "WorkflowTask"},
+    "activity": {"ActivityEntry", "ActivityHead"},
+    "webhooks": {"WebhookEndpoint", "WebhookDelivery", "WebhookAttempt"},
 }
 SQL_TABLES = {
+    "identity": ("companies", "ingestion_clients", "credentials", "token_issuer", "signing_keys"),
     "ingestion": (
         "transactions",
         "records",
         "dataset_record_counts",
         "datasets",
+        "dataset_schemas",
         "record_feed_heads",
         "record_staging",
+        "idempotency_keys",
     ),
-    "events": ("events",),
+    "events": ("events", "event_heads", "event_horizons"),
     "files": ("file_jobs", "file_uploads", "quarantined_rows"),
     "sftp": ("sftp_accounts", "sftp_uploads", "sftp_held_files"),
     "inbox": ("inboxes", "inbox_messages", "inbox_message_ids"),
     "exports": ("exports",),
+    "workflows": ("workflow_categories", "workflow_templates", "workflows", "workflow_tasks"),
+    "activity": ("activity_entries", "activity_heads"),
+    "webhooks": ("webhook_endpoints", "webhook_deliveries", "webhook_attempts"),
 }
+MODELS = {name for names in OWNED.values() for name in names}
 
 
 def _name(path: Path) -> str:
@@ -96,14 +109,7 @@ def _domain(module: str) -> str | None:
 
 
 def test_domain_services_know_no_http_and_no_wiring() -> None:
-    wrong = [
-        f"{module} imports {imported}"
-        for module, path, tree in _modules()
-        if _domain(module) and path.name not in ROUTERS
-        for imported in _imports(tree)
-        if _under(imported, HTTP + WIRING)
-    ]
-    assert wrong == []
+    assert _http_in_services(list(_modules())) == []
 
 
 def test_the_wiring_is_imported_by_nothing_below_it() -> None:
@@ -154,29 +160,49 @@ def test_no_module_import_cycle() -> None:
 
 
 def _writes(tree: ast.Module) -> Iterator[str]:
-    """The ORM classes a module inserts, updates or deletes, and the tables its SQL text
+    """The ORM classes a module inserts, updates or deletes (Core statements on a model or
+    its `__table__`, and a row object made to be added), and the tables its SQL text
     writes."""
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("insert", "update", "delete", "dialect_insert")
+        if not isinstance(node, ast.Call):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield from _sql_writes(node.value)
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in MODELS:
+            yield func.id  # `Record(...)`: a row made to be added to a session
+        elif (
+            isinstance(func, ast.Name)
+            and func.id in ("insert", "update", "delete", "dialect_insert")
             and node.args
-            and isinstance(node.args[0], ast.Name)
         ):
-            yield node.args[0].id
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = " ".join(node.value.lower().split())
-            for verb in ("insert into ", "update ", "delete from "):
-                for tables in SQL_TABLES.values():
-                    for table in tables:
-                        if verb + table + " " in text or text.endswith(verb + table):
-                            yield table
+            target = node.args[0]
+            if isinstance(target, ast.Attribute) and target.attr == "__table__":
+                target = target.value
+            if isinstance(target, ast.Name):
+                yield target.id
+        elif (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("insert", "update", "delete")
+            and isinstance(func.value, ast.Attribute)
+            and func.value.attr == "__table__"
+            and isinstance(func.value.value, ast.Name)
+        ):
+            yield func.value.value.id  # `Record.__table__.insert()`
 
 
-def test_each_domain_writes_only_its_own_tables() -> None:
+def _sql_writes(value: str) -> Iterator[str]:
+    text = " ".join(value.lower().split())
+    for verb in ("insert into ", "update ", "delete from "):
+        for tables in SQL_TABLES.values():
+            for table in tables:
+                if verb + table + " " in text or text.endswith(verb + table):
+                    yield table
+
+
+def _wrong_writes(modules: list[tuple[str, Path, ast.Module]]) -> list[str]:
     wrong = []
-    for module, _, tree in _modules():
+    for module, _, tree in modules:
         domain = _domain(module)
         for written in _writes(tree):
             for owner in OWNED:
@@ -185,15 +211,133 @@ def test_each_domain_writes_only_its_own_tables() -> None:
                 allowed = owner == domain or (owner == "events" and domain == "ingestion")
                 if theirs and not allowed:
                     wrong.append(f"{module} writes {written} ({owner}'s)")
-    assert wrong == []
+    return wrong
+
+
+def _http_in_services(modules: list[tuple[str, Path, ast.Module]]) -> list[str]:
+    return [
+        f"{module} imports {imported}"
+        for module, path, tree in modules
+        if _domain(module) and path.name not in ROUTERS
+        for imported in _imports(tree)
+        if _under(imported, HTTP + WIRING)
+    ]
+
+
+def _package_loops(modules: list[tuple[str, Path, ast.Module]]) -> list[list[str]]:
+    """The groups of packages that import one another round a loop (strongly connected
+    components of the package import graph)."""
+    graph: dict[str, set[str]] = {}
+    for module, _, tree in modules:
+        package = module.split(".")[1] if module.count(".") else module
+        for imported in _imports(tree):
+            parts = imported.split(".")
+            if parts[0] == "headwater" and len(parts) > 1 and parts[1] != package:
+                graph.setdefault(package, set()).add(parts[1])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                loops.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return loops
+
+
+CHANNELS = ("files", "sftp", "inbox")
+
+
+def _past_the_core(modules: list[tuple[str, Path, ast.Module]]) -> list[str]:
+    """Imports of ingestion by a channel (files, SFTP, email) other than `ingestion.api`,
+    the core as channels use it."""
+    return [
+        f"{module} imports {imported}"
+        for module, _, tree in modules
+        if _domain(module) in CHANNELS
+        for imported in _imports(tree)
+        if _under(imported, ("headwater.ingestion",))
+        and not _under(imported, ("headwater.ingestion.api",))
+        and imported != "headwater.ingestion"
+    ]
+
+
+def test_channels_use_the_ingestion_core_through_its_api_alone() -> None:
+    assert _past_the_core(list(_modules())) == []
+
+
+def test_each_domain_writes_only_its_own_tables() -> None:
+    assert _wrong_writes(list(_modules())) == []
+
+
+def test_no_package_imports_another_round_a_loop() -> None:
+    """web/ names no domain type: a domain router names its own parts of the runtime."""
+    assert _package_loops(list(_modules())) == []
+
+
+PROBE = """
+from fastapi import Request
+from headwater.ingestion.models import Record, Transaction
+from sqlalchemy import insert
+
+def sneak(session, connection):
+    session.add(Record(data={}))
+    connection.execute(insert(Transaction.__table__), [{}])
+    connection.execute(Transaction.__table__.delete())
+    connection.exec_driver_sql("UPDATE transactions SET status = 'completed'")
+"""
 
 
 def test_the_checks_would_see_a_violation() -> None:
-    """The finders find what they look for (a check that cannot fail is no check)."""
-    tree = ast.parse(
-        "from headwater.runtime import Runtime\n"
-        "update(Transaction)\n"
-        "x = 'INSERT INTO records (a) VALUES (1)'\n"
+    """The finders find what they look for (a check that cannot fail is no check): a
+    probe module in `webhooks/` that makes a `Record`, writes `transactions` three ways
+    and imports FastAPI, and a loop between two packages."""
+    probe = ("headwater.webhooks.probe", PACKAGE / "webhooks" / "probe.py", ast.parse(PROBE))
+    assert sorted(_wrong_writes([probe])) == [
+        "headwater.webhooks.probe writes Record (ingestion's)",
+        "headwater.webhooks.probe writes Transaction (ingestion's)",
+        "headwater.webhooks.probe writes Transaction (ingestion's)",
+        "headwater.webhooks.probe writes transactions (ingestion's)",
+    ]
+    assert sorted(_http_in_services([probe])) == [
+        "headwater.webhooks.probe imports fastapi",
+        "headwater.webhooks.probe imports fastapi.Request",
+    ]
+    reaching = (
+        "headwater.sftp.probe",
+        PACKAGE / "sftp" / "probe.py",
+        ast.parse(
+            "from headwater.ingestion.service import transaction_read\n"
+            "from headwater.ingestion import api as ingestion\n"
+        ),
     )
+    assert sorted(_past_the_core([reaching])) == [
+        "headwater.sftp.probe imports headwater.ingestion.service",
+        "headwater.sftp.probe imports headwater.ingestion.service.transaction_read",
+    ]
+    looped = [
+        ("headwater.web.x", PACKAGE / "web" / "x.py", ast.parse("import headwater.files.y")),
+        ("headwater.files.y", PACKAGE / "files" / "y.py", ast.parse("import headwater.web.x")),
+    ]
+    assert _package_loops(looped) == [["files", "web"]]
+    tree = ast.parse("from headwater.runtime import Runtime\n")
     assert "headwater.runtime" in _imports(tree)
-    assert set(_writes(tree)) == {"Transaction", "records"}

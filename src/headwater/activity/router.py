@@ -7,8 +7,9 @@ from starlette.responses import Response
 
 from headwater.activity import service
 from headwater.activity.schemas import ActivityEntryRead, ActivitySearch
+from headwater.identity.deps import ActivitiesRead
 from headwater.kit.pagination import Page
-from headwater.web.deps import ActivitiesRead, RuntimeDep, StrictRoute
+from headwater.web.deps import RuntimeDep, StrictRoute
 
 router = APIRouter(prefix="/app/v1", tags=["activity"], route_class=StrictRoute)
 

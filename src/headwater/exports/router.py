@@ -4,25 +4,35 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Protocol
 
-from fastapi import APIRouter, Path, Query, Request, status
+from fastapi import APIRouter, Depends, Path, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, Response
 
 from headwater.errors import NotFound
 from headwater.exports import service
 from headwater.exports.schemas import MEDIA_TYPES, ExportCreate, ExportRead
-from headwater.files.stores import DOWNLOAD_PATH, EmbeddedStore
+from headwater.files.stores import DOWNLOAD_PATH, EmbeddedStore, Store
+from headwater.identity.deps import DataRead
 from headwater.web.deps import (
-    DataRead,
     ReadSessionDep,
-    RuntimeDep,
+    Services,
     SessionDep,
     SignedRoute,
     StrictRoute,
+    get_runtime,
 )
 from headwater.web.responses import json_response
+
+
+class ExportsServices(Services, Protocol):
+    """The running service's parts that exports use."""
+
+    store: Store
+
+
+ExportsRuntime = Annotated[ExportsServices, Depends(get_runtime)]
 
 router = APIRouter(prefix="/platform/v1", tags=["exports"], route_class=StrictRoute)
 downloads = APIRouter(tags=["download (embedded store)"], route_class=SignedRoute)
@@ -41,7 +51,7 @@ ExportIdPath = Annotated[uuid.UUID, Path(description="Export id.")]
     },
 )
 def create_export(
-    body: ExportCreate, session: SessionDep, caller: DataRead, runtime: RuntimeDep
+    body: ExportCreate, session: SessionDep, caller: DataRead, runtime: ExportsRuntime
 ) -> Response:
     """Export a dataset's records (all, or those ingested within the bounds) to a
     Parquet, NDJSON or CSV file that the worker writes; read the export for its
@@ -62,7 +72,7 @@ def create_export(
     },
 )
 def get_export(
-    export_id: ExportIdPath, session: ReadSessionDep, caller: DataRead, runtime: RuntimeDep
+    export_id: ExportIdPath, session: ReadSessionDep, caller: DataRead, runtime: ExportsRuntime
 ) -> Response:
     """An export; once `completed`, with a presigned `download_url` valid
     HEADWATER_EXPORT_URL_LIFETIME_SECONDS (3600), signed anew on each read."""
@@ -89,7 +99,7 @@ def get_export(
 async def download(
     key: Annotated[str, Path(description="The file's key, from the download URL.")],
     request: Request,
-    runtime: RuntimeDep,
+    runtime: ExportsRuntime,
     expires: Annotated[str | None, Query(description="Signed expiry (Unix time).")] = None,
     filename: Annotated[str | None, Query(description="Signed file name.")] = None,
     signature: Annotated[str | None, Query(description="HMAC-SHA256 signature.")] = None,

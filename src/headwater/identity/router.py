@@ -7,6 +7,7 @@ import uuid
 from fastapi import APIRouter, Response, status
 
 from headwater.identity import service
+from headwater.identity.deps import Admin, Authenticated, IdentityRuntime
 from headwater.identity.schemas import (
     ClientCreate,
     ClientRead,
@@ -18,15 +19,7 @@ from headwater.identity.schemas import (
     WhoAmI,
 )
 from headwater.kit.pagination import Page
-from headwater.web.deps import (
-    Admin,
-    Authenticated,
-    Paging,
-    ReadSessionDep,
-    RuntimeDep,
-    SessionDep,
-    StrictRoute,
-)
+from headwater.web.deps import Paging, ReadSessionDep, SessionDep, StrictRoute
 from headwater.web.responses import json_response
 
 router = APIRouter(prefix="/admin/v1", tags=["operator"], route_class=StrictRoute)
@@ -64,7 +57,7 @@ def get_company(company_id: uuid.UUID, session: ReadSessionDep, _: Admin) -> obj
 
 @router.delete("/companies/{company_id}", status_code=status.HTTP_204_NO_CONTENT)
 def revoke_company(
-    company_id: uuid.UUID, session: SessionDep, _: Admin, runtime: RuntimeDep
+    company_id: uuid.UUID, session: SessionDep, _: Admin, runtime: IdentityRuntime
 ) -> Response:
     """Revoke a company: none of its credentials gets a new token, and tokens already
     issued to them answer 401 on every instance within 10 s (at once on this one)."""
@@ -145,7 +138,7 @@ def get_credential(client_id: str, session: ReadSessionDep, _: Admin) -> object:
 
 @router.delete("/credentials/{client_id}", status_code=status.HTTP_204_NO_CONTENT)
 def revoke_credential(
-    client_id: str, session: SessionDep, _: Admin, runtime: RuntimeDep
+    client_id: str, session: SessionDep, _: Admin, runtime: IdentityRuntime
 ) -> Response:
     """Revoke a credential: it gets no new token, and tokens already issued to it answer
     401 on every instance within 10 s (at once on this one)."""

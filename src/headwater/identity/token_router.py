@@ -13,12 +13,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from headwater.identity import service
+from headwater.identity.deps import IdentityRuntime
 from headwater.identity.errors import OAuthError
 from headwater.identity.schemas import OAuthErrorBody, TokenRequest, TokenResponse
 from headwater.identity.tokens import GRANT_TYPE, SCOPES
 from headwater.kit import strictjson
 from headwater.kit.gate import GateFull
-from headwater.web.deps import RuntimeDep, StrictRoute
+from headwater.web.deps import StrictRoute
 
 router = APIRouter(tags=["identity provider"], route_class=StrictRoute)
 
@@ -146,7 +147,7 @@ def _basic_credentials(header: str | None) -> tuple[str, str] | None:
         }
     },
 )
-async def token(request: Request, runtime: RuntimeDep) -> JSONResponse:
+async def token(request: Request, runtime: IdentityRuntime) -> JSONResponse:
     """Exchange a client id and secret (in the body, or HTTP Basic) for a signed JWT.
 
     Errors follow RFC 6749 section 5.2 (`{"error", "error_description"}`), not problem+json.
@@ -205,7 +206,7 @@ async def token(request: Request, runtime: RuntimeDep) -> JSONResponse:
 
 
 @router.get("/.well-known/jwks.json", summary="Token verification keys (JWKS)")
-async def jwks(runtime: RuntimeDep) -> JSONResponse:
+async def jwks(runtime: IdentityRuntime) -> JSONResponse:
     """Every public key that verifies tokens, newest (the signing key) first."""
 
     def load() -> dict[str, Any]:
@@ -218,7 +219,7 @@ async def jwks(runtime: RuntimeDep) -> JSONResponse:
 
 
 @router.get("/.well-known/openid-configuration", summary="OpenID provider discovery")
-async def discovery(runtime: RuntimeDep) -> dict[str, Any]:
+async def discovery(runtime: IdentityRuntime) -> dict[str, Any]:
     base = runtime.settings.public_url.rstrip("/")
     return {
         "issuer": runtime.settings.token_issuer,

@@ -7,10 +7,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
+from headwater.identity.deps import Admin
 from headwater.inbox import service
 from headwater.inbox.schemas import InboxCreate, InboxQuery, InboxRead, InboxUpdate
 from headwater.kit.pagination import Page
-from headwater.web.deps import Admin, ReadSessionDep, RuntimeDep, SessionDep, StrictRoute
+from headwater.web.deps import ReadSessionDep, RuntimeDep, SessionDep, StrictRoute
 from headwater.web.responses import json_response
 
 router = APIRouter(prefix="/admin/v1", tags=["operator: email"], route_class=StrictRoute)

@@ -6,15 +6,17 @@ import asyncio
 import time
 import uuid
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
+from headwater.identity.deps import Admin, DataRead, DataWrite
 from headwater.ingestion import datasets, service
 from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON, RecordsInvalid
+from headwater.ingestion.groups import PushQueue
 from headwater.ingestion.schemas import (
     ChangesPage,
     ChangesQuery,
@@ -35,9 +37,6 @@ from headwater.ingestion.schemas import (
 from headwater.kit.clock import iso_ms
 from headwater.kit.pagination import Page
 from headwater.web.deps import (
-    Admin,
-    DataRead,
-    DataWrite,
     Paging,
     ReaderDep,
     ReadSessionDep,
@@ -48,6 +47,13 @@ from headwater.web.deps import (
 )
 from headwater.web.problems import error_response
 from headwater.web.responses import json_response
+
+
+class IngestionServices(Services, Protocol):
+    """The running service's parts that ingestion's routes use."""
+
+    pushes: PushQueue
+
 
 router = APIRouter(prefix="/platform/v1", tags=["data"], route_class=StrictRoute)
 admin = APIRouter(prefix="/admin/v1", tags=["operator: datasets"], route_class=StrictRoute)
@@ -142,7 +148,7 @@ async def push_json(caller: DataWrite, request: Request) -> Response:
     """
     body = await json_body(request)
     key = idempotency_key(request)
-    runtime: Services = request.app.state.runtime
+    runtime: IngestionServices = request.app.state.runtime
     settings = runtime.settings
     pushed = await runtime.pushes.push(
         caller,

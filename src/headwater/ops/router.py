@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hmac
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol
 
 import fastapi_offline
 import structlog
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, Response
@@ -16,7 +16,20 @@ from fastapi.staticfiles import StaticFiles
 
 from headwater.errors import ServiceUnavailable, Unauthorized, is_unreachable
 from headwater.ops import metrics as prom
-from headwater.web.deps import RuntimeDep, StrictRoute
+from headwater.web.deps import Services, StrictRoute, get_runtime
+
+
+class _Pingable(Protocol):
+    def ping(self) -> None: ...
+
+
+class OpsServices(Services, Protocol):
+    """The running service's parts that the health checks use."""
+
+    store: _Pingable
+
+
+OpsRuntime = Annotated[OpsServices, Depends(get_runtime)]
 
 log = structlog.get_logger("headwater.ops")
 
@@ -50,7 +63,7 @@ async def healthz() -> dict[str, str]:
     summary="Readiness",
     responses={503: {"description": "A dependency cannot be reached; `Retry-After` is set."}},
 )
-async def readyz(runtime: RuntimeDep) -> dict[str, object]:
+async def readyz(runtime: OpsRuntime) -> dict[str, object]:
     """Ready to serve: the database answers and the file store can be reached."""
     try:
         await run_in_threadpool(runtime.db.ping)
@@ -86,7 +99,7 @@ async def readyz(runtime: RuntimeDep) -> dict[str, object]:
     },
 )
 async def metrics(
-    runtime: RuntimeDep,
+    runtime: OpsRuntime,
     authorization: Annotated[
         str | None,
         Header(description="`Bearer <HEADWATER_METRICS_TOKEN>`, when that is set."),

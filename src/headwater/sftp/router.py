@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response, status
 from starlette.responses import Response as StarletteResponse
 
+from headwater.identity.deps import Admin
 from headwater.kit.pagination import Page
 from headwater.sftp import service
 from headwater.sftp.schemas import (
@@ -17,7 +18,7 @@ from headwater.sftp.schemas import (
     AccountRead,
     KeysUpdate,
 )
-from headwater.web.deps import Admin, ReadSessionDep, SessionDep, StrictRoute
+from headwater.web.deps import ReadSessionDep, SessionDep, StrictRoute
 from headwater.web.responses import json_response
 
 router = APIRouter(prefix="/admin/v1", tags=["operator: sftp"], route_class=StrictRoute)

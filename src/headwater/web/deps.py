@@ -1,4 +1,6 @@
-"""FastAPI dependencies: the session, the calling principal, and one alias per scope."""
+"""FastAPI dependencies of every domain: the runtime, the unit of work, read sessions,
+paging, and the one strict reading of every request (the caller and its scopes are
+identity's: `identity/deps.py`)."""
 
 from __future__ import annotations
 
@@ -6,11 +8,9 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Annotated, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from fastapi import Depends, Query, Request, Response, Security
+from fastapi import Depends, Query, Request, Response
 from fastapi.dependencies.models import Dependant
-from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
 from fastapi.routing import APIRoute
-from fastapi.security import OAuth2, SecurityScopes
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
@@ -18,51 +18,31 @@ from headwater.config import Settings
 from headwater.db import Database
 from headwater.errors import (
     BadRequest,
-    InsufficientScope,
     InvalidParameter,
     MalformedJSON,
-    MissingToken,
-    RateLimited,
     UnsupportedMediaType,
 )
-from headwater.files.stores import Store
-from headwater.identity.tokens import SCOPES, Principal, TokenVerifier
-from headwater.ingestion.groups import PushQueue
 from headwater.kit import strictjson
 from headwater.kit.gate import Gate
 from headwater.kit.pagination import PageQuery
 from headwater.kit.ratelimit import FailureLimit, RateLimiter
 from headwater.kit.signals import Signals
-from headwater.webhooks.crypto import SecretBox
-
-oauth2 = OAuth2(
-    flows=OAuthFlows(
-        clientCredentials=OAuthFlowClientCredentials(tokenUrl="/oauth/token", scopes=SCOPES)
-    ),
-    scheme_name="oauth2",
-    description=(
-        "OAuth 2.0 client credentials. `POST /oauth/token` with `client_id`, "
-        "`client_secret` and `audience`, then send `Authorization: Bearer <access_token>`."
-    ),
-    auto_error=False,
-)
 
 
 class Services(Protocol):
-    """What routers may use of the running service. `runtime.Runtime` builds it; this
-    layer names only what it needs, so that nothing below the wiring imports it."""
+    """What routers may use of the running service, whatever their domain.
+    `runtime.Runtime` builds it; this layer names only what it needs, and no domain's
+    type, so that nothing below the wiring imports it and no domain package imports
+    another through it. A domain's router names the parts of its own (the store, the
+    push queue, the token verifier) in a protocol of its own that extends this one."""
 
     settings: Settings
     db: Database
-    verifier: TokenVerifier
     limiter: RateLimiter
-    store: Store
-    pushes: PushQueue
     secret_checks: Gate
     token_failures: FailureLimit
     files_queued: asyncio.Event
     exports_queued: asyncio.Event
-    secret_box: SecretBox
     commits: Signals
 
 
@@ -123,46 +103,6 @@ ReaderDep = Annotated[Reader, Depends(get_reader)]
 
 # `page` and `page_size` of a list without other parameters; unknown parameters answer 400.
 Paging = Annotated[PageQuery, Query()]
-
-
-async def principal(
-    security_scopes: SecurityScopes,
-    request: Request,
-    authorization: Annotated[str | None, Depends(oauth2)],
-) -> Principal:
-    """Verify the bearer token (no database access), rate-limit its credential, check scopes.
-
-    The rate-limit decision goes into the request state; the observability middleware
-    writes its RateLimit-* fields on whatever response the request ends with.
-    """
-    if not authorization:
-        raise MissingToken()
-    scheme, _, token = authorization.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        raise MissingToken()
-    runtime: Services = request.app.state.runtime
-    caller = await runtime.verifier.verify(token)
-    request.state.subject = caller.subject
-    decision = await runtime.limiter.hit("credential:" + caller.subject)
-    request.state.rate_limit = decision
-    if not decision.allowed:
-        raise RateLimited(f"Rate limit exceeded; retry in {decision.retry_after} s.")
-    missing = [s for s in security_scopes.scopes if s not in caller.scopes]
-    if missing:
-        raise InsufficientScope(missing)
-    return caller
-
-
-Authenticated = Annotated[Principal, Security(principal)]
-Admin = Annotated[Principal, Security(principal, scopes=["admin"])]
-DataWrite = Annotated[Principal, Security(principal, scopes=["data:write"])]
-DataRead = Annotated[Principal, Security(principal, scopes=["data:read"])]
-WorkflowsRead = Annotated[Principal, Security(principal, scopes=["workflows:read"])]
-WorkflowsWrite = Annotated[Principal, Security(principal, scopes=["workflows:write"])]
-ActivitiesRead = Annotated[Principal, Security(principal, scopes=["activities:read"])]
-EventsRead = Annotated[Principal, Security(principal, scopes=["events:read"])]
-WebhooksManage = Annotated[Principal, Security(principal, scopes=["webhooks:manage"])]
 
 
 # --- one reading of every request ------------------------------------------------------------

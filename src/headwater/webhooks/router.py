@@ -4,23 +4,24 @@ contract section 13."""
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Path, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 
+from headwater.identity.deps import EventsRead, WebhooksManage
 from headwater.kit.pagination import Page
 from headwater.web.deps import (
-    EventsRead,
     Paging,
     ReadSessionDep,
-    RuntimeDep,
+    Services,
     SessionDep,
     StrictRoute,
-    WebhooksManage,
+    get_runtime,
 )
 from headwater.web.responses import json_response
 from headwater.webhooks import feed, service
+from headwater.webhooks.crypto import SecretBox
 from headwater.webhooks.schemas import (
     EVENT_EXAMPLES,
     DeliveryQuery,
@@ -36,6 +37,15 @@ from headwater.webhooks.schemas import (
     SecretRotated,
 )
 
+
+class WebhooksServices(Services, Protocol):
+    """The running service's parts that webhooks use."""
+
+    secret_box: SecretBox
+
+
+WebhooksRuntime = Annotated[WebhooksServices, Depends(get_runtime)]
+
 router = APIRouter(prefix="/platform/v1", tags=["events and webhooks"], route_class=StrictRoute)
 EndpointId = Annotated[uuid.UUID, Path(description="The webhook endpoint's id.")]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
@@ -43,7 +53,7 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _rules(runtime: RuntimeDep) -> service.UrlRules:
+def _rules(runtime: WebhooksRuntime) -> service.UrlRules:
     return service.UrlRules(
         allow_http=runtime.settings.webhook_allow_http,
         allow_private=runtime.settings.webhook_allow_private,
@@ -69,7 +79,7 @@ def _rules(runtime: RuntimeDep) -> service.UrlRules:
     },
 )
 async def list_events(
-    caller: EventsRead, runtime: RuntimeDep, query: Annotated[EventQuery, Query()]
+    caller: EventsRead, runtime: WebhooksRuntime, query: Annotated[EventQuery, Query()]
 ) -> object:
     """The caller's company's events in the order they committed. Follow `next_cursor`
     (as `after`) to read every event exactly once, also while events are being written;
@@ -95,7 +105,7 @@ async def list_events(
     responses={400: {"description": "A URL that may not receive webhooks, saying why."}},
 )
 def create_endpoint(
-    body: EndpointCreate, session: SessionDep, caller: WebhooksManage, runtime: RuntimeDep
+    body: EndpointCreate, session: SessionDep, caller: WebhooksManage, runtime: WebhooksRuntime
 ) -> object:
     """Register a receiver. The answer holds its signing secret, shown only here (and by
     `rotate_secret`)."""
@@ -132,7 +142,7 @@ def update_endpoint(
     body: EndpointUpdate,
     session: SessionDep,
     caller: WebhooksManage,
-    runtime: RuntimeDep,
+    runtime: WebhooksRuntime,
 ) -> object:
     """Change `url`, `event_types`, `description` or `status` (`disabled`: nothing is
     delivered; `enabled` again: pending deliveries resume)."""
@@ -165,7 +175,7 @@ def delete_endpoint(
     responses=NOT_FOUND,
 )
 def rotate_secret(
-    endpoint_id: EndpointId, session: SessionDep, caller: WebhooksManage, runtime: RuntimeDep
+    endpoint_id: EndpointId, session: SessionDep, caller: WebhooksManage, runtime: WebhooksRuntime
 ) -> object:
     """A new signing secret. For 24 h every delivery carries two signatures, one with
     each secret, so receivers can switch without losing a delivery."""

@@ -7,16 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
 
+from headwater.identity.deps import WorkflowsRead, WorkflowsWrite
 from headwater.kit.pagination import Page
-from headwater.web.deps import (
-    ReaderDep,
-    ReadSessionDep,
-    RuntimeDep,
-    SessionDep,
-    StrictRoute,
-    WorkflowsRead,
-    WorkflowsWrite,
-)
+from headwater.web.deps import ReaderDep, ReadSessionDep, RuntimeDep, SessionDep, StrictRoute
 from headwater.web.responses import json_response
 from headwater.workflows import service
 from headwater.workflows.schemas import (
