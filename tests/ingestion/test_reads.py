@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.identity.tokens import Principal
-from headwater.ingestion import service
+from headwater.ingestion import records
 from headwater.ingestion.schemas import RecordQuery
 from tests.factories import assert_problem, auth, create_credential, get_token
 from tests.ingestion.conftest import DataTenant, order
@@ -223,7 +223,7 @@ def _stream_peak(db: Database, caller: Principal, query: RecordQuery) -> tuple[i
     streamed = lines = 0
     tracemalloc.start()
     try:
-        for chunk in service.stream_records(db, caller, query):
+        for chunk in records.stream_records(db, caller, query):
             streamed += len(chunk)
             lines += chunk.count(b"\n")
         _, peak = tracemalloc.get_traced_memory()

@@ -37,7 +37,7 @@ from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.lifecycle import Channel, Status
 from headwater.ingestion.models import Dataset, Transaction
 from headwater.ingestion.schemas import DatasetId, TransactionRead
-from headwater.ingestion.service import (
+from headwater.ingestion.transactions import (
     PENDING_STATUSES,
     get_transaction,
     transaction_read,
@@ -83,8 +83,7 @@ __all__ = [
 def dataset_for(session: Session, caller: Principal, client_id: str, dataset_id: str) -> Dataset:
     """The dataset a caller names for a new file: 403 unless its token may use the
     client, 404 if the client has no such dataset."""
-    datasets.usable_client(session, caller, client_id)
-    return datasets.find(session, client_id=client_id, dataset_id=dataset_id)
+    return datasets.caller_dataset(session, caller, client_id, dataset_id)
 
 
 def open_file(

@@ -507,3 +507,21 @@ def set_options(
     )
     session.flush()
     return views(session, [dataset])[0]
+
+
+def caller_dataset(session: Session, caller: Principal, client_id: str, dataset_id: str) -> Dataset:
+    """The dataset a caller names: 403 unless its token may use the client, 404 if the
+    client has no such dataset."""
+    usable_client(session, caller, client_id)
+    return find(session, client_id=client_id, dataset_id=dataset_id)
+
+
+def usable_target(caller: Principal, client_id: str, dataset_id: str, row: Any) -> Any:
+    """A `repository.target` row, once the caller may push to it (else 403 or 404)."""
+    if not caller.may_use_client(client_id):
+        row = None
+    check_usable(caller, client_id, row)
+    assert row is not None
+    if row.id is None:
+        raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.")
+    return row

@@ -14,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from headwater.identity.deps import Admin, DataRead, DataWrite
-from headwater.ingestion import datasets, service
+from headwater.ingestion import changes, datasets, records, service, transactions
 from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON, RecordsInvalid
 from headwater.ingestion.groups import PushQueue
 from headwater.ingestion.schemas import (
@@ -215,12 +215,12 @@ async def get_transaction(
 ) -> object:
     """What happened to one push or file: status, counts, errors, times; while a file is
     `processing`, `records_processed` says how far it has got."""
-    view = await read(service.transaction_read, caller, transaction_id)
+    view = await read(transactions.transaction_read, caller, transaction_id)
     deadline = time.monotonic() + wait
     status = view.status
-    while status in service.PENDING_STATUSES and time.monotonic() < deadline:
+    while status in transactions.PENDING_STATUSES and time.monotonic() < deadline:
         await asyncio.sleep(min(WAIT_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
-        view = await read(service.transaction_read, caller, transaction_id)
+        view = await read(transactions.transaction_read, caller, transaction_id)
         if view.status != status:
             break
     return json_response(view)
@@ -238,8 +238,8 @@ def list_transactions(
     query: Annotated[TransactionQuery, Query()], session: ReadSessionDep, caller: DataRead
 ) -> object:
     """The company's transactions, newest first."""
-    rows, total = service.list_transactions(session, caller, query)
-    items = [service.transaction_view(r) for r in rows]
+    rows, total = transactions.list_transactions(session, caller, query)
+    items = [transactions.transaction_view(r) for r in rows]
     return json_response(Page[TransactionRead].of(items, params=query, total=total))
 
 
@@ -270,12 +270,12 @@ async def list_records(
 ) -> Response:
     """Stored records of a dataset in storage order, paged or streamed as NDJSON."""
     if NDJSON in request.headers.get("accept", ""):
-        lines = await run_in_threadpool(service.stream_records, runtime.db, caller, query)
+        lines = await run_in_threadpool(records.stream_records, runtime.db, caller, query)
         return StreamingResponse(lines, media_type=NDJSON)
 
     def page() -> Response:
         with runtime.db.read_session() as session:
-            items, total = service.list_records(session, caller, query)
+            items, total = records.list_records(session, caller, query)
         return json_response(Page[RecordRead].of(items, params=query, total=total))
 
     return await run_in_threadpool(page)
@@ -298,7 +298,7 @@ async def list_changes(
     repeated, also while pushes and files are committing; an empty page answers the
     cursor it was given. With `wait`, an empty page waits that long for new records
     (long polling) and answers as soon as one commits."""
-    body = await service.changes(
+    body = await changes.changes(
         runtime.db,
         caller,
         query,

@@ -1,27 +1,20 @@
-"""Ingestion use cases: push JSON (atomic, idempotent), transactions and records reads."""
+"""Pushing JSON: a batch checked and stored atomically, idempotent by key, alone or in
+a group commit (`push`, `push_group`, `decide_group`)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import anyio.to_thread
 from sqlalchemy import (
     Connection,
-    Select,
-    Text,
-    cast,
     delete,
-    func,
-    literal,
     select,
-    tuple_,
 )
 from sqlalchemy.orm import Session
 
@@ -31,39 +24,25 @@ from headwater.identity.tokens import Principal
 from headwater.ingestion import (
     check,
     datasets,
-    feed,
     lifecycle,
-    metrics,
     repository,
     sinks,
-    staging,
 )
 from headwater.ingestion.errors import (
     BatchTooLarge,
-    DatasetNotFound,
     IdempotencyKeyReused,
     InvalidEnvelope,
-    TransactionNotFound,
 )
-from headwater.ingestion.models import Dataset, IdempotencyKey, Record, Transaction
-from headwater.ingestion.repository import count_records, field_equals
+from headwater.ingestion.models import IdempotencyKey, Transaction
 from headwater.ingestion.schemas import (
     ID_PATTERN,
-    ChangesQuery,
-    RecordQuery,
-    RecordRead,
-    TransactionQuery,
-    TransactionRead,
 )
 from headwater.ingestion.sinks import RecordBatch
 from headwater.kit import strictjson
-from headwater.kit.clock import iso_ms, utcnow, utcnow_ms
-from headwater.kit.pagination import paginate
-from headwater.kit.signals import Signals
+from headwater.kit.clock import utcnow, utcnow_ms
 
 _ID = re.compile(ID_PATTERN)
 _ENVELOPE = ("client_id", "dataset_id", "data")
-STREAM_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,11 +121,6 @@ def envelope(body: bytes, *, limits: Limits) -> tuple[str, str, list[Any]]:
     return document["client_id"], document["dataset_id"], records
 
 
-def _dataset(session: Session, caller: Principal, client_id: str, dataset_id: str) -> Dataset:
-    datasets.usable_client(session, caller, client_id)
-    return datasets.find(session, client_id=client_id, dataset_id=dataset_id)
-
-
 @dataclass(frozen=True, slots=True)
 class _Target:
     dataset_pk: uuid.UUID
@@ -169,7 +143,7 @@ def _resolve(
 ) -> _Target:
     """The target of a push from its `repository.target` row: 403 for a client the token
     may not use (or None), 404 for a dataset the client does not have."""
-    row = _usable(caller, client_id, dataset_id, row)
+    row = datasets.usable_target(caller, client_id, dataset_id, row)
     return _Target(
         dataset_pk=row.id, version=row.schema_version, compiled=_compiled(connection, row)
     )
@@ -181,17 +155,6 @@ def _compiled(connection: Connection, row: Any) -> datasets.Compiled:
     return datasets.compiled(
         connection, dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
     )
-
-
-def _usable(caller: Principal, client_id: str, dataset_id: str, row: Any) -> Any:
-    """The `repository.target` row, once the caller may push to it (else 403 or 404)."""
-    if not caller.may_use_client(client_id):
-        row = None
-    datasets.check_usable(caller, client_id, row)
-    assert row is not None
-    if row.id is None:
-        raise DatasetNotFound(f"Client {client_id!r} has no dataset {dataset_id!r}.")
-    return row
 
 
 _REPLAY = select(
@@ -460,7 +423,7 @@ def decide_group(
     for push in pushes:
         pair = (push.client_id, push.dataset_id)
         try:
-            row = _usable(push.caller, *pair, rows.get(pair))
+            row = datasets.usable_target(push.caller, *pair, rows.get(pair))
         except DomainError as refused:
             outcomes.append(refused)
             continue
@@ -489,183 +452,3 @@ def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:
     )
     session.flush()
     return int(result.rowcount)  # type: ignore[attr-defined]
-
-
-# --- transactions -----------------------------------------------------------------------------
-
-
-def visible_to(caller: Principal, table: Any) -> Select[Any]:
-    """Rows of `table` (a table with `company_id` and `client_id`, such as transactions
-    or exports) the caller may see: its company's, and only its clients' when its token
-    names some."""
-    statement = select(table).where(table.company_id == caller.actor.company_id)
-    if caller.client_ids:
-        statement = statement.where(table.client_id.in_(caller.client_ids))
-    return statement
-
-
-def get_transaction(session: Session, caller: Principal, transaction_id: uuid.UUID) -> Transaction:
-    transaction: Transaction | None = session.scalars(
-        visible_to(caller, Transaction).where(Transaction.id == transaction_id)
-    ).one_or_none()
-    if transaction is None:
-        raise TransactionNotFound(f"No transaction {transaction_id}.")
-    return transaction
-
-
-def list_transactions(
-    session: Session, caller: Principal, query: TransactionQuery
-) -> tuple[Sequence[Transaction], int]:
-    statement = visible_to(caller, Transaction)
-    if query.client_id is not None:
-        datasets.usable_client(session, caller, query.client_id)
-        statement = statement.where(Transaction.client_id == query.client_id)
-    if query.dataset_id is not None:
-        statement = statement.where(Transaction.dataset_id == query.dataset_id)
-    if query.status is not None:
-        statement = statement.where(Transaction.status == query.status)
-    if query.channel is not None:
-        statement = statement.where(Transaction.channel == query.channel)
-    if query.created_after is not None:
-        statement = statement.where(Transaction.created_at >= query.created_after)
-    if query.created_before is not None:
-        statement = statement.where(Transaction.created_at < query.created_before)
-    return paginate(session, statement, Transaction.created_at.desc(), Transaction.id, params=query)
-
-
-PENDING_STATUSES = frozenset(set(lifecycle.Status) - lifecycle.FINAL)
-
-
-def transaction_read(
-    session: Session, caller: Principal, transaction_id: uuid.UUID
-) -> TransactionRead:
-    """One transaction as `GET /platform/v1/transactions/{id}` answers it (404 if not
-    the caller's)."""
-    return transaction_view(get_transaction(session, caller, transaction_id))
-
-
-def transaction_view(transaction: Transaction) -> TransactionRead:
-    view = TransactionRead.model_validate(transaction, from_attributes=True)
-    view.records_processed = lifecycle.records_processed(
-        view.status, view.records_processed, view.records_received
-    )
-    return view
-
-
-# --- records ----------------------------------------------------------------------------------
-
-
-def _records_statement(
-    session: Session, caller: Principal, query: RecordQuery
-) -> tuple[Select[Any], uuid.UUID]:
-    """The matching records' statement, and the dataset's primary key."""
-    dataset = _dataset(session, caller, query.client_id, query.dataset_id)
-    statement = select(
-        Record.record_id,
-        Record.transaction_id,
-        Record.schema_version,
-        Record.ingested_at,
-        Record.data,
-    ).where(Record.dataset_pk == dataset.id, staging.visible(dataset.id))
-    if query.transaction_id is not None:
-        statement = statement.where(Record.transaction_id == query.transaction_id)
-    if query.ingested_after is not None:
-        statement = statement.where(Record.ingested_at >= query.ingested_after)
-    if query.ingested_before is not None:
-        statement = statement.where(Record.ingested_at < query.ingested_before)
-    dialect = session.get_bind().dialect.name
-    for name, value in (query.filter or {}).items():
-        statement = statement.where(field_equals(dialect, name, value))
-    return statement, dataset.id
-
-
-_ORDER = (Record.ingested_at, Record.seq)
-
-
-def list_records(
-    session: Session, caller: Principal, query: RecordQuery
-) -> tuple[list[RecordRead], int]:
-    statement, dataset_pk = _records_statement(session, caller, query)
-    rows = session.execute(
-        statement.order_by(*_ORDER).offset(query.offset).limit(query.page_size)
-    ).all()
-    narrowed = (query.transaction_id, query.ingested_after, query.ingested_before, query.filter)
-    if any(value is not None for value in narrowed):
-        total = session.scalar(select(func.count()).select_from(statement.subquery())) or 0
-    else:  # the whole dataset: its kept count, not a scan of every record
-        total = count_records(session.connection(), dataset_pk=dataset_pk)
-    return [RecordRead.model_validate(row, from_attributes=True) for row in rows], total
-
-
-def _line(row: Any) -> bytes:
-    """A record as an NDJSON line: `RecordRead`'s JSON text, its data as stored."""
-    return feed.record_json(
-        row.record_id, row.transaction_id, row.schema_version, iso_ms(row.ingested_at), row.data
-    ).encode()
-
-
-def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Iterator[bytes]:
-    """Every matching record as NDJSON, in storage order, with constant memory.
-
-    Access is checked before the first line, so a refused request answers an error
-    rather than a broken stream. The stream reads in keyset-ordered chunks, each in a
-    short transaction of its own, so a slow reader holds no lock and no cursor.
-    """
-    with db.read_session() as session:
-        statement = _records_statement(session, caller, query)[0].with_only_columns(
-            Record.record_id,
-            Record.transaction_id,
-            Record.schema_version,
-            Record.ingested_at,
-            cast(Record.data, Text).label("data"),  # the JSON text as stored
-            Record.seq,
-        )
-
-    def lines() -> Iterator[bytes]:
-        after: tuple[Any, int] | None = None
-        while True:
-            chunk = statement.order_by(*_ORDER).limit(STREAM_BATCH)
-            if after is not None:
-                last = tuple_(*(literal(v, c.type) for v, c in zip(after, _ORDER, strict=True)))
-                chunk = chunk.where(tuple_(*_ORDER) > last)
-            with db.read_session() as session:
-                rows = session.execute(chunk).all()
-            if not rows:
-                return
-            yield b"".join(_line(row) + b"\n" for row in rows)
-            after = (rows[-1].ingested_at, rows[-1].seq)
-
-    return lines()
-
-
-# --- the record feed --------------------------------------------------------------------------
-
-
-def _changes(
-    db: Database, caller: Principal, query: ChangesQuery
-) -> tuple[uuid.UUID, feed.Changes]:
-    """A page of the feed: the dataset (403/404 as a push's), then `feed.page`."""
-    with db.read_connection() as connection:
-        target = repository.target(connection, query.client_id, query.dataset_id)
-        dataset_pk = _usable(caller, query.client_id, query.dataset_id, target).id
-    cursor = feed.decode(query.after, dataset_pk)
-    return dataset_pk, feed.page(db, dataset_pk, cursor, limit=query.limit)
-
-
-async def changes(
-    db: Database, caller: Principal, query: ChangesQuery, *, commits: Signals, poll: float
-) -> bytes:
-    """A page of the record feed as JSON (`ChangesPage`). An empty page waits up to
-    `query.wait` seconds for records, holding no database connection meanwhile: a commit
-    in this process wakes it at once (`commits`, keyed by client and dataset), another
-    process's shows at the next look, every `poll` seconds."""
-    deadline = time.monotonic() + query.wait
-    key = (query.client_id, query.dataset_id)
-    while True:
-        dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query)
-        remaining = deadline - time.monotonic()
-        if page.count or remaining <= 0:
-            metrics.FEED_PAGES.labels("records" if page.count else "empty").inc()
-            metrics.FEED_RECORDS.inc(page.count)
-            return page.body(dataset_pk)
-        await commits.wait(key, min(remaining, poll))

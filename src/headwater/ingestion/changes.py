@@ -1,0 +1,45 @@
+"""The record feed as the API serves it: a page after a cursor, or a long poll that
+waits for one (`changes`)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import anyio.to_thread
+
+from headwater.db import Database
+from headwater.identity.tokens import Principal
+from headwater.ingestion import datasets, feed, metrics, repository
+from headwater.ingestion.schemas import ChangesQuery
+from headwater.kit.signals import Signals
+
+
+def _changes(
+    db: Database, caller: Principal, query: ChangesQuery
+) -> tuple[uuid.UUID, feed.Changes]:
+    """A page of the feed: the dataset (403/404 as a push's), then `feed.page`."""
+    with db.read_connection() as connection:
+        target = repository.target(connection, query.client_id, query.dataset_id)
+        dataset_pk = datasets.usable_target(caller, query.client_id, query.dataset_id, target).id
+    cursor = feed.decode(query.after, dataset_pk)
+    return dataset_pk, feed.page(db, dataset_pk, cursor, limit=query.limit)
+
+
+async def changes(
+    db: Database, caller: Principal, query: ChangesQuery, *, commits: Signals, poll: float
+) -> bytes:
+    """A page of the record feed as JSON (`ChangesPage`). An empty page waits up to
+    `query.wait` seconds for records, holding no database connection meanwhile: a commit
+    in this process wakes it at once (`commits`, keyed by client and dataset), another
+    process's shows at the next look, every `poll` seconds."""
+    deadline = time.monotonic() + query.wait
+    key = (query.client_id, query.dataset_id)
+    while True:
+        dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query)
+        remaining = deadline - time.monotonic()
+        if page.count or remaining <= 0:
+            metrics.FEED_PAGES.labels("records" if page.count else "empty").inc()
+            metrics.FEED_RECORDS.inc(page.count)
+            return page.body(dataset_pk)
+        await commits.wait(key, min(remaining, poll))
