@@ -382,16 +382,19 @@ def notice_object(db: Database, store: Store, *, bucket: str, key: str) -> bool:
     if info is None:
         return False
     given = _media_type(info.content_type)
-    with db.begin() as connection:
-        if info.size > upload.max_bytes:
+    if info.size > upload.max_bytes:
+        # removed before the refusal commits, outside any database transaction: a refusal
+        # whose commit fails is noticed again (or expires), and its bytes are gone anyway
+        store.delete(key)
+        with db.begin() as connection:
             _refuse(
                 connection,
                 upload,
                 size=info.size,
                 message=f"the file is {info.size} bytes; the limit is {upload.max_bytes}",
             )
-            store.delete(key)
-            return True
+        return True
+    with db.begin() as connection:
         if info.content_type is not None and given != upload.content_type:
             _refuse(
                 connection,
