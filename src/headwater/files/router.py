@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from headwater.errors import MalformedJSON, NotFound
-from headwater.files import service
+from headwater.files import quarantine, service
 from headwater.files.schemas import QuarantinedRowRead, QuarantineQuery, UploadUrl, UploadUrlQuery
 from headwater.files.stores import UPLOAD_PATH, EmbeddedStore, Store
 from headwater.identity.deps import DataRead, DataWrite
@@ -85,7 +85,7 @@ def list_quarantine(
 ) -> object:
     """Rows of a file that failed validation under the `quarantine` policy, with their
     errors, in file order."""
-    rows, total = service.quarantined(session, caller, transaction_id, query)
+    rows, total = quarantine.quarantined(session, caller, transaction_id, query)
     items = [QuarantinedRowRead.model_validate(r) for r in rows]
     return json_response(Page[QuarantinedRowRead].of(items, params=query, total=total))
 
@@ -103,7 +103,7 @@ def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: File
     """Validate the open quarantined rows again, against the dataset's current schema, in
     a new transaction: rows that pass are stored; the others move to the new transaction
     with their new errors. Answers the new transaction."""
-    new_id = service.resubmit(runtime.db, caller, transaction_id)
+    new_id = quarantine.resubmit(runtime.db, caller, transaction_id)
     with runtime.db.read_session() as session:
         return json_response(transaction_read(session, caller, new_id), status_code=201)
 

@@ -1,0 +1,108 @@
+"""Quarantined rows: read, and resubmitted against the dataset's current schema."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from headwater.db import Database
+from headwater.files.errors import NothingToResubmit
+from headwater.files.models import QuarantinedRow
+from headwater.files.processing import MAX_ROW_ERRORS, Tally
+from headwater.files.schemas import QuarantineQuery
+from headwater.identity.tokens import Principal
+from headwater.ingestion import api as ingestion
+from headwater.kit.clock import utcnow_ms
+from headwater.kit.pagination import paginate
+
+
+def quarantined(
+    session: Session, caller: Principal, transaction_id: uuid.UUID, query: QuarantineQuery
+) -> tuple[Sequence[QuarantinedRow], int]:
+    transaction = ingestion.file_transaction(session, caller, transaction_id)
+    if transaction.status == ingestion.Status.PROCESSING:
+        return [], 0  # its rows are held as they are read, and shown with its outcome
+    statement = select(QuarantinedRow).where(QuarantinedRow.transaction_id == transaction_id)
+    if query.status == "open":
+        statement = statement.where(QuarantinedRow.resolved_by.is_(None))
+    elif query.status == "resolved":
+        statement = statement.where(QuarantinedRow.resolved_by.is_not(None))
+    return paginate(session, statement, QuarantinedRow.seq, params=query)
+
+
+RESUBMIT_CHUNK = 1000
+
+
+def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid.UUID:
+    """Validate a file transaction's open quarantined rows against the dataset's current
+    schema in a new transaction: valid rows are stored, the others move to it with their
+    new errors. One database transaction: all of it happens, or none."""
+    with db.read_session() as session:
+        source = ingestion.file_transaction(session, caller, transaction_id)
+    if source.status == ingestion.Status.PROCESSING:
+        raise NothingToResubmit(f"Transaction {transaction_id} is still processing.")
+    new_id = uuid.uuid4()
+    now = utcnow_ms()
+    with db.begin() as connection:
+        target = ingestion.file_target(connection, transaction_id)
+        check = target.check
+        tally = Tally()
+        after = 0
+        while True:
+            rows = connection.execute(
+                select(
+                    QuarantinedRow.seq,
+                    QuarantinedRow.line,
+                    QuarantinedRow.record,
+                    QuarantinedRow.data,
+                    QuarantinedRow.errors,
+                )
+                .where(
+                    QuarantinedRow.transaction_id == transaction_id,
+                    QuarantinedRow.resolved_by.is_(None),
+                    QuarantinedRow.seq > after,
+                )
+                .order_by(QuarantinedRow.seq)
+                .limit(RESUBMIT_CHUNK)
+            ).all()
+            if not rows:
+                break
+            after = rows[-1].seq
+            stored: list[dict[str, Any]] = []
+            for row in rows:
+                tally.received += 1
+                errors: list[dict[str, Any]] = row.errors
+                if row.data is not None:
+                    cleaned, errors = ingestion.check_one(check, row.data)
+                    if not errors:
+                        stored.append(cleaned)
+                        connection.execute(
+                            update(QuarantinedRow)
+                            .where(QuarantinedRow.seq == row.seq)
+                            .values(resolved_by=new_id)
+                        )
+                        continue
+                tally.invalid(row.record, row.line, errors)
+                connection.execute(
+                    update(QuarantinedRow)
+                    .where(QuarantinedRow.seq == row.seq)
+                    .values(transaction_id=new_id, errors=errors[:MAX_ROW_ERRORS])
+                )
+            tally.accepted += len(stored)
+            ingestion.store_rows(connection, target, stored, transaction_id=new_id)
+        if not tally.received:
+            raise NothingToResubmit(f"Transaction {transaction_id} has no open quarantined rows.")
+        ingestion.record_finished(
+            connection,
+            source,
+            target,
+            transaction_id=new_id,
+            author_id=caller.author_id,
+            started_at=now,
+            **tally.columns(),
+        )
+    return new_id
