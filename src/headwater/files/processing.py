@@ -366,6 +366,12 @@ class _Stager:
         if self._connection is None:
             connection = self.db.engine.connect()
             connection.begin()
+            if connection.dialect.name == "postgresql":
+                # A staged batch need not reach the disk at its commit: the publishing
+                # transaction's commit flushes the log up to it, and a crash before that
+                # reruns the file from its first row. Waiting for each flush cost the
+                # file 10-15% (bench.file_ingest, 2M rows).
+                connection.exec_driver_sql("SET LOCAL synchronous_commit = off")
             self._connection = connection
             self._began = time.monotonic()
             if not self.own(connection):
