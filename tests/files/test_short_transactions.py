@@ -45,10 +45,10 @@ def test_writes_made_while_a_file_is_processed_succeed_without_503(
 ) -> None:
     """Another company's pushes and an operator's credential revocation, made while a
     file is processed (on SQLite, between its batches), all succeed; none answers 503."""
-    app = make_client(file_batch_rows=2000)
+    app = make_client(file_batch_rows=1000)
     tenant, other = file_tenant.via(app), other_file_tenant.via(app)
     run_worker(app)  # an empty queue to start from
-    rows = 200_000
+    rows = 100_000
     transaction_id = uploaded(tenant, rows)
     processing_thread = threading.Thread(target=run_worker, args=(app,))
     processing_thread.start()

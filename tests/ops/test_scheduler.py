@@ -76,7 +76,7 @@ def test_worker_processes_take_each_period_once(
     env["HEADWATER_DATA_DIR"] = str(settings.data_dir)
     if settings.database_url:
         env["HEADWATER_DATABASE_URL"] = settings.database_url
-    start = time.time() + 3.0
+    start = time.time() + 1.5
     running = [
         subprocess.Popen(
             [sys.executable, "-c", CLAIMER, ",".join(names), str(start), f"p{i}"],

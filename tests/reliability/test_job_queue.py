@@ -197,7 +197,7 @@ while True:
         job = exports.claim_next(db, worker=worker, bucket=bucket, settings=s)
     if job is None:
         idle_since = idle_since or time.time()
-        if time.time() - idle_since > 3:
+        if time.time() - idle_since > 1:
             break
         time.sleep(0.02)
         continue
@@ -219,7 +219,7 @@ def test_claimer_processes_never_hold_one_job(
     env["HEADWATER_DATA_DIR"] = str(settings.data_dir)
     if settings.database_url:
         env["HEADWATER_DATABASE_URL"] = settings.database_url
-    start = time.time() + 3.0
+    start = time.time() + 1.5
     running = [
         subprocess.Popen(
             [sys.executable, "-c", CLAIMER, user.name, user.bucket, f"p{i}", str(start)],
