@@ -37,10 +37,13 @@ def quarantined(
 RESUBMIT_CHUNK = 1000
 
 
-def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid.UUID:
+def resubmit(
+    db: Database, caller: Principal, transaction_id: uuid.UUID
+) -> ingestion.TransactionRead:
     """Validate a file transaction's open quarantined rows against the dataset's current
     schema in a new transaction: valid rows are stored, the others move to it with their
-    new errors. One database transaction: all of it happens, or none."""
+    new errors. One database transaction: all of it happens, or none. Answers the new
+    transaction as read after the commit."""
     with db.read_session() as session:
         source = ingestion.file_transaction(session, caller, transaction_id)
     if source.status == ingestion.Status.PROCESSING:
@@ -105,4 +108,5 @@ def resubmit(db: Database, caller: Principal, transaction_id: uuid.UUID) -> uuid
             started_at=now,
             **tally.columns(),
         )
-    return new_id
+    with db.read_session() as session:
+        return ingestion.transaction_read(session, caller, new_id)

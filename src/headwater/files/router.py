@@ -16,7 +16,7 @@ from headwater.files import quarantine, service
 from headwater.files.schemas import QuarantinedRowRead, QuarantineQuery, UploadUrl, UploadUrlQuery
 from headwater.files.stores import UPLOAD_PATH, EmbeddedStore, Store
 from headwater.identity.deps import DataRead, DataWrite
-from headwater.ingestion.api import TransactionRead, transaction_read
+from headwater.ingestion.api import TransactionRead
 from headwater.kit.pagination import Page
 from headwater.web.deps import (
     ReadSessionDep,
@@ -103,9 +103,7 @@ def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: File
     """Validate the open quarantined rows again, against the dataset's current schema, in
     a new transaction: rows that pass are stored; the others move to the new transaction
     with their new errors. Answers the new transaction."""
-    new_id = quarantine.resubmit(runtime.db, caller, transaction_id)
-    with runtime.db.read_session() as session:
-        return json_response(transaction_read(session, caller, new_id), status_code=201)
+    return json_response(quarantine.resubmit(runtime.db, caller, transaction_id), status_code=201)
 
 
 _FILE_BODY = {"schema": {"type": "string", "format": "binary"}}

@@ -1,8 +1,9 @@
 """The SMTP server (aiosmtpd): envelopes checked against inboxes at RCPT, supported
 attachments stored and turned into file transactions before the 250 (contract 12).
 
-A channel, not a pipeline: each attachment's bytes go to the file store, and
-`files.service.accept_stored` opens its transaction (`channel: "email"`) and queues its
+A channel, not a pipeline: each attachment's bytes go to the file store, and one use
+case, `inbox.service.accept_message`, claims the Message-ID, opens each attachment's
+transaction (`channel: "email"`, through `files.service.accept_stored`) and queues its
 job, all of one message in one unit of work with the message's record (its reply's
 queue entry). The worker processes the files exactly as uploads, and sends the reply.
 Message bodies are never logged.
@@ -24,7 +25,6 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.files import parsers
-from headwater.files import service as files
 from headwater.files.stores import Store, make_store
 from headwater.inbox import metrics, mime
 from headwater.inbox import service as inboxes
@@ -258,38 +258,31 @@ class Handler:
     ) -> list[uuid.UUID] | None:
         """The transactions made, or None when another copy of the message took its
         Message-ID first (nothing is then committed)."""
-        caller = to.principal()
+        attachments = [
+            inboxes.StoredAttachment(
+                name=attachment.name,
+                content_type=attachment.content_type,
+                file_id=file_id,
+                key=key,
+                size=writer.size,
+                etag=writer.etag,
+            )
+            for attachment, file_id, key, writer in stored
+        ]
         with self.db.unit_of_work() as session:
-            if not inboxes.claim_message(session, to.inbox_id, message_id):
-                session.rollback()
-                return None
-            ids = [
-                files.accept_stored(
-                    session,
-                    caller,
-                    channel="email",
-                    client_id=to.client_id,
-                    dataset_id=to.dataset_id,
-                    file_name=attachment.name[:255],
-                    content_type=attachment.content_type,
-                    store=self.store,
-                    key=key,
-                    file_id=file_id,
-                    size=writer.size,
-                    etag=writer.etag,
-                )
-                for attachment, file_id, key, writer in stored
-            ]
-            inboxes.record_message(
+            ids = inboxes.accept_message(
                 session,
                 to,
                 message_id=message_id,
                 sender=sender,
                 subject=message.digest.subject,
-                transaction_ids=ids,
+                attachments=attachments,
                 ignored=message.ignored,
+                store=self.store,
                 replies=self.replies,
             )
+            if ids is None:
+                session.rollback()
         return ids
 
 

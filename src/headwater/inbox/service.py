@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session
 
 from headwater.config import Settings
 from headwater.db import dialect_insert
+from headwater.files import service as files
+from headwater.files.stores import Store
 from headwater.identity import service as identity
 from headwater.identity.tokens import Principal
 from headwater.inbox.errors import InboxNotFound
@@ -187,6 +189,67 @@ def seen(session: Session, inbox_id: uuid.UUID, message_id: str) -> bool:
         )
     )
     return received is not None and received >= utcnow() - DEDUPE_WINDOW
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAttachment:
+    """An attachment of a message, stored whole in the file store."""
+
+    name: str
+    content_type: str
+    file_id: uuid.UUID
+    key: str
+    size: int
+    etag: str
+
+
+def accept_message(
+    session: Session,
+    to: Recipient,
+    *,
+    message_id: str,
+    sender: str,
+    subject: str,
+    attachments: Sequence[StoredAttachment],
+    ignored: Sequence[str],
+    store: Store,
+    replies: bool,
+) -> list[uuid.UUID] | None:
+    """A message for an inbox, in the caller's unit of work: its Message-ID claimed, each
+    attachment a transaction with a queued job (`files.service.accept_stored`), the
+    message recorded. The transactions made, or None when another copy of the message
+    took its Message-ID first (the caller then rolls back)."""
+    if not claim_message(session, to.inbox_id, message_id):
+        return None
+    caller = to.principal()
+    ids = [
+        files.accept_stored(
+            session,
+            caller,
+            channel="email",
+            client_id=to.client_id,
+            dataset_id=to.dataset_id,
+            file_name=attachment.name[:255],
+            content_type=attachment.content_type,
+            store=store,
+            key=attachment.key,
+            file_id=attachment.file_id,
+            size=attachment.size,
+            etag=attachment.etag,
+        )
+        for attachment in attachments
+    ]
+    record_message(
+        session,
+        to,
+        message_id=message_id,
+        sender=sender,
+        subject=subject,
+        transaction_ids=ids,
+        ignored=ignored,
+        replies=replies,
+    )
+    return ids
 
 
 def record_message(

@@ -18,3 +18,11 @@ class AccountExists(Conflict):
 class InvalidAccount(BadRequest):
     code = "invalid_sftp_account"
     title = "Invalid SFTP account"
+
+
+class HeldFileGone(NotFound):
+    """A file held under a temporary name was renamed to its final name, but another
+    session had moved or removed it meanwhile."""
+
+    code = "sftp_held_file_gone"
+    title = "Held file gone"

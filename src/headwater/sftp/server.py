@@ -2,8 +2,9 @@
 file transactions on close, receipts (contract section 11).
 
 A channel, not a pipeline: an upload is streamed to the file store, and on its close
-`files.service.accept_stored` opens its transaction (`channel: "sftp"`, `processing`)
-and queues its job in one unit of work; the worker then processes it exactly as an
+one use case, `sftp.uploads.accept_upload`, opens its transaction (`channel: "sftp"`,
+`processing`, through `files.service.accept_stored`), queues its job and records the
+account's receipt in one unit of work; the worker then processes it exactly as an
 uploaded file. The close is answered only after both are durable.
 
 Paths are virtual: nothing of the server's file system is ever reached. A path is
@@ -34,7 +35,6 @@ from asyncssh.stream import SSHServerStreamSession
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.files import parsers
-from headwater.files import service as files
 from headwater.files.stores import Store, Writer
 from headwater.identity.tokens import Principal
 from headwater.ingestion import api as ingestion
@@ -42,8 +42,9 @@ from headwater.kit import memory
 from headwater.kit.connections import Connections
 from headwater.kit.ratelimit import FailureLimit
 from headwater.sftp import held as held_files
-from headwater.sftp import metrics
+from headwater.sftp import metrics, uploads
 from headwater.sftp import service as accounts
+from headwater.sftp.errors import HeldFileGone
 from headwater.sftp.models import SftpHeldFile
 from headwater.sftp.service import Login
 
@@ -636,31 +637,23 @@ class Tree(asyncssh.SFTPServer):
         renamed: held_files.Place | None,
     ) -> uuid.UUID:
         with self.hub.db.unit_of_work() as session:
-            if renamed is not None and held_files.release(session, self.account, renamed) is None:
-                raise asyncssh.SFTPNoSuchFile(f"no file {renamed.name} being uploaded")
-            transaction_id = files.accept_stored(
-                session,
-                self.caller,
-                channel="sftp",
-                client_id=client_id,
-                dataset_id=dataset_id,
-                file_name=name,
-                content_type=kind,
-                store=self.hub.store,
-                key=stored.key,
-                file_id=stored.file_id,
-                size=stored.size,
-                etag=stored.etag,
-            )
-            accounts.record_upload(
-                session,
-                self.account,
-                transaction_id=transaction_id,
-                client_id=client_id,
-                dataset_id=dataset_id,
-                name=name,
-            )
-        return transaction_id
+            try:
+                return uploads.accept_upload(
+                    session,
+                    self.account,
+                    store=self.hub.store,
+                    client_id=client_id,
+                    dataset_id=dataset_id,
+                    name=name,
+                    content_type=kind,
+                    file_id=stored.file_id,
+                    key=stored.key,
+                    size=stored.size,
+                    etag=stored.etag,
+                    renamed=renamed,
+                )
+            except HeldFileGone as exc:  # renamed by another session meanwhile
+                raise asyncssh.SFTPNoSuchFile(str(exc)) from None
 
     async def fstat(self, file_obj: object) -> asyncssh.SFTPAttrs:
         if isinstance(file_obj, _Receipt):
