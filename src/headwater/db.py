@@ -18,6 +18,7 @@ from sqlalchemy import (
     MetaData,
     bindparam,
     create_engine,
+    delete,
     event,
     select,
     text,
@@ -152,6 +153,22 @@ class Numbering:
             table = self.head_key.class_
             connection.execute(update(table).where(self.head_key == key).values(pos=head + given))
         return head, given
+
+
+def delete_in_batches(db: Database, key: Any, value: Any, *, order: Any, batch: int) -> int:
+    """Delete the rows whose `key` column holds `value`, `batch` rows (the first by the
+    `order` column, an indexed key) a short transaction of its own, so that no
+    transaction holds a large delete; how many."""
+    removed = 0
+    while True:
+        with db.begin() as connection:
+            some = select(order).where(key == value).limit(batch).scalar_subquery()
+            count = int(
+                connection.execute(delete(key.class_).where(key == value, order.in_(some))).rowcount
+            )
+        removed += count
+        if count < batch:
+            return removed
 
 
 def driver_execute(connection: Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:

@@ -24,11 +24,11 @@ from datetime import timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.orm import aliased
 
 from headwater import jobs
-from headwater.db import Database
+from headwater.db import Database, delete_in_batches
 from headwater.files import parsers
 from headwater.files.models import DONE, QUEUED, RUNNING, FileJob, FileUpload, QuarantinedRow
 from headwater.files.stores import Store
@@ -300,21 +300,13 @@ def _discard(db: Database, transaction_id: uuid.UUID) -> None:
     """Remove what a file's runs stored and did not show: its staged records and its
     quarantined rows, in short database transactions."""
     ingestion.discard(db, transaction_id)
-    while True:
-        with db.begin() as connection:
-            some = (
-                select(QuarantinedRow.seq)
-                .where(QuarantinedRow.transaction_id == transaction_id)
-                .limit(DISCARD_ROWS)
-                .scalar_subquery()
-            )
-            count = connection.execute(
-                delete(QuarantinedRow).where(
-                    QuarantinedRow.transaction_id == transaction_id, QuarantinedRow.seq.in_(some)
-                )
-            ).rowcount
-        if count < DISCARD_ROWS:
-            return
+    delete_in_batches(
+        db,
+        QuarantinedRow.transaction_id,
+        transaction_id,
+        order=QuarantinedRow.seq,
+        batch=DISCARD_ROWS,
+    )
 
 
 DISCARD_ROWS = 5000

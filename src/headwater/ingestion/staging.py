@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select
 
-from headwater.db import Database, dialect_insert
+from headwater.db import Database, delete_in_batches, dialect_insert
 from headwater.ingestion import lifecycle, sinks
 from headwater.ingestion.models import Record, StagedTransaction, Transaction
 from headwater.kit.clock import utcnow_ms
@@ -69,21 +69,9 @@ def discard(db: Database, transaction_id: uuid.UUID) -> int:
     """Remove every record stored under the transaction, `DISCARD_BATCH` a short
     database transaction; how many. For a staged transaction only: its records were
     never shown."""
-    removed = 0
-    while True:
-        with db.begin() as connection:
-            some = (
-                select(Record.seq)
-                .where(Record.transaction_id == transaction_id)
-                .limit(DISCARD_BATCH)
-                .scalar_subquery()
-            )
-            count = connection.execute(
-                delete(Record).where(Record.transaction_id == transaction_id, Record.seq.in_(some))
-            ).rowcount
-        removed += count
-        if count < DISCARD_BATCH:
-            return removed
+    return delete_in_batches(
+        db, Record.transaction_id, transaction_id, order=Record.seq, batch=DISCARD_BATCH
+    )
 
 
 def visible(dataset_pk: Any) -> Any:
