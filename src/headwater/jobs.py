@@ -1,6 +1,6 @@
 """The one durable job queue: claim, lease, renew, hand back.
 
-A queue is a table of jobs (`Queue` names its columns): file jobs, exports. A job is
+A queue is a table of jobs with the same claim columns (`Queue`): file jobs, exports. A job is
 `queued`, or `running` under a claim (`claimed_by`, and `claimed_at`, which is its
 lease: the claimant renews it at each step, and a claim not renewed for `stale` is
 taken over). `claim` takes the oldest job that is queued or whose claim went stale, in
@@ -33,21 +33,34 @@ from headwater.kit.clock import utcnow_ms
 
 @dataclass(frozen=True, slots=True)
 class Queue:
-    """A table of jobs, as the queue sees it: its model, and the columns and values of
-    its state, claim and attempts, and the column that orders it (oldest first)."""
+    """A table of jobs, as the queue sees it: its model (with the columns `id`,
+    `claimed_by`, `claimed_at`, `attempts` and `created_at`, the order: oldest first),
+    and its state column with the values it takes while queued and running."""
 
     model: Any
     state: Any
     queued: str
     running: str
-    claimed_by: Any
-    claimed_at: Any
-    attempts: Any
-    order: Any
 
     @property
     def id(self) -> Any:
         return self.model.id
+
+    @property
+    def claimed_by(self) -> Any:
+        return self.model.claimed_by
+
+    @property
+    def claimed_at(self) -> Any:
+        return self.model.claimed_at
+
+    @property
+    def attempts(self) -> Any:
+        return self.model.attempts
+
+    @property
+    def order(self) -> Any:
+        return self.model.created_at
 
 
 # What to do with a job past its attempts: (connection, its row, now), in the claim's

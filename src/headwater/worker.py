@@ -13,7 +13,7 @@ import socket
 import threading
 import uuid
 from asyncio import Task
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,8 +29,6 @@ from headwater.kit.clock import utcnow
 from headwater.runtime import Runtime
 
 log = structlog.get_logger("headwater.worker")
-
-Job = Callable[[Runtime], Awaitable[None]]
 
 
 async def refresh_verification_keys(runtime: Runtime) -> None:

@@ -162,10 +162,6 @@ QUEUE = jobs.Queue(
     state=Export.status,
     queued=QUEUED,
     running=RUNNING,
-    claimed_by=Export.claimed_by,
-    claimed_at=Export.claimed_at,
-    attempts=Export.attempts,
-    order=Export.created_at,
 )
 
 

@@ -96,10 +96,6 @@ QUEUE = jobs.Queue(
     state=FileJob.state,
     queued=QUEUED,
     running=RUNNING,
-    claimed_by=FileJob.claimed_by,
-    claimed_at=FileJob.claimed_at,
-    attempts=FileJob.attempts,
-    order=FileJob.created_at,
 )
 
 
