@@ -50,6 +50,14 @@ def process_env(env: dict[str, str]) -> dict[str, str]:
     return full
 
 
+def same_database(data_dir: Path, database_url: str | None) -> dict[str, str]:
+    """The settings that point another process at a test's data directory and database."""
+    env = {"HEADWATER_DATA_DIR": str(data_dir)}
+    if database_url:
+        env["HEADWATER_DATABASE_URL"] = database_url
+    return env
+
+
 class ServerProcess:
     """A `headwater serve` (or `headwater worker`) process that can be killed and started
     again on the same port, as the crash tests need. Output goes to `log`."""

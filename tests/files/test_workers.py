@@ -24,6 +24,7 @@ from headwater.files.models import FileJob, FileUpload
 from headwater.ingestion.models import Record
 from headwater.runtime import Runtime
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
+from tests.http_server import same_database
 
 
 def runtime_of(client: TestClient) -> Runtime:
@@ -105,13 +106,11 @@ def worker_inside_file(
     """A `headwater worker` process, once it has claimed the job and committed some of
     the file's batches (status `processing`); killed at the end if it still runs."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | {
-        "HEADWATER_DATA_DIR": str(settings.data_dir),
+        **same_database(settings.data_dir, settings.database_url),
         "HEADWATER_FILE_BATCH_ROWS": "1000",
         "HEADWATER_LOG_LEVEL": "WARNING",
         **env,
     }
-    if settings.database_url:
-        full["HEADWATER_DATABASE_URL"] = settings.database_url
     log = Path(settings.data_dir) / log_name
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -4,12 +4,10 @@ processes run the schedule; a job kept per process runs in each."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import threading
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from starlette.testclient import TestClient
 from headwater import scheduler, worker
 from headwater.config import Settings
 from headwater.runtime import Runtime
+from tests.http_server import process_env, same_database
 
 CLAIMER = """
 import sys, time
@@ -65,17 +64,15 @@ def test_claimers_on_threads_take_each_period_once(client: TestClient) -> None:
 
 @pytest.mark.parametrize("processes", [2, 4])
 def test_worker_processes_take_each_period_once(
-    settings: Settings, backend: str, processes: int, tmp_path: Path
+    client: TestClient, settings: Settings, processes: int
 ) -> None:
     """Separate processes (as `serve --workers N` and `headwater worker` run), started
-    together, claim 30 jobs: each job is taken by exactly one of them."""
+    together, claim 30 jobs: each job is taken by exactly one of them. (`client` made
+    the database's tables.)"""
     import time
 
     names = [f"proc-{uuid.uuid4().hex[:8]}" for _ in range(30)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
-    env["HEADWATER_DATA_DIR"] = str(settings.data_dir)
-    if settings.database_url:
-        env["HEADWATER_DATABASE_URL"] = settings.database_url
+    env = process_env(same_database(settings.data_dir, settings.database_url))
     start = time.time() + 1.5
     running = [
         subprocess.Popen(

@@ -5,7 +5,6 @@ a job past its attempts fails for good. On threads, and on 2 and 4 processes."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from headwater.files.models import DONE, FileJob, FileUpload
 from headwater.runtime import Runtime
 from tests.downstream.conftest import FeedTenant
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows
+from tests.http_server import process_env, same_database
 
 
 @dataclass
@@ -215,10 +215,7 @@ def test_claimer_processes_never_hold_one_job(
     user: User, settings: Settings, processes: int
 ) -> None:
     made = {user.make() for _ in range(12)}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
-    env["HEADWATER_DATA_DIR"] = str(settings.data_dir)
-    if settings.database_url:
-        env["HEADWATER_DATABASE_URL"] = settings.database_url
+    env = process_env(same_database(settings.data_dir, settings.database_url))
     start = time.time() + 1.5
     running = [
         subprocess.Popen(
