@@ -16,6 +16,7 @@ from sqlalchemy import (
     DateTime,
     Engine,
     MetaData,
+    and_,
     bindparam,
     create_engine,
     delete,
@@ -157,18 +158,25 @@ class Numbering:
 
 def delete_in_batches(db: Database, key: Any, value: Any, *, order: Any, batch: int) -> int:
     """Delete the rows whose `key` column holds `value`, `batch` rows (the first by the
-    `order` column, an indexed key) a short transaction of its own, so that no
-    transaction holds a large delete; how many."""
+    `order` column) a short transaction of its own, so that no transaction holds a large
+    delete; how many. Needs an index on (`key`, `order`).
+
+    Each step deletes a range, from where the last ended to the `batch`-th row's `order`:
+    two index range scans whatever the planner believes, over no dead entries. (A
+    `seq IN (SELECT ... LIMIT n)` form, planned from stale statistics, scanned every
+    row of the key at each step: a 300,000-row discard outlasted a test's 120 s.)"""
     removed = 0
+    left = key == value  # and, after the first step, `order` past the last range
     while True:
         with db.begin() as connection:
-            some = select(order).where(key == value).limit(batch).scalar_subquery()
-            count = int(
-                connection.execute(delete(key.class_).where(key == value, order.in_(some))).rowcount
-            )
-        removed += count
-        if count < batch:
+            last = connection.execute(
+                select(order).where(left).order_by(order).offset(batch - 1).limit(1)
+            ).scalar()
+            step = left if last is None else and_(left, order <= last)
+            removed += int(connection.execute(delete(key.class_).where(step)).rowcount)
+        if last is None:
             return removed
+        left = and_(key == value, order > last)
 
 
 def driver_execute(connection: Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:
