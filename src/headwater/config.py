@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     ]
     webhook_timeout_seconds: float = Field(15.0, gt=0, le=60)
     webhook_concurrency: int = Field(64, ge=1, le=1024)  # attempts in flight per process
-    webhook_endpoint_concurrency: int = Field(4, ge=1, le=64)  # per endpoint and process
+    webhook_endpoint_concurrency: int = Field(4, ge=1, le=64)  # per endpoint, all processes
     webhook_disable_after_seconds: float = Field(5 * 86400, gt=0)
     webhook_poll_seconds: float = Field(0.2, gt=0, le=10)
     # encrypts endpoint secrets at rest; default: derived from the signing-key passphrase,

@@ -1,6 +1,11 @@
 """The one durable job queue: claim, lease, renew, hand back.
 
-A queue is a table of jobs with the same claim columns (`Queue`): file jobs, exports. A job is
+Two kinds of job share it. A long job (a file, an export: `Queue`) is claimed by one
+worker and renews its lease at every step. A short job that falls due (a webhook
+delivery, an email reply: `Due`) is leased for a fixed time, the longest its attempt can
+take, as SQS's visibility timeout does.
+
+Long jobs. A queue is a table of jobs with the same claim columns (`Queue`). A job is
 `queued`, or `running` under a claim (`claimed_by`, and `claimed_at`, which is its
 lease: the claimant renews it at each step, and a claim not renewed for `stale` is
 taken over). `claim` takes the oldest job that is queued or whose claim went stale, in
@@ -11,6 +16,15 @@ queue's `exhausted` instead (it fails for good). `renew` renews the claim in the
 claimant's own transaction, answering whether it still holds it: a claimant that lost
 its job to a takeover stops there. `release` queues a job again after a failed attempt,
 or, handed back at shutdown, without counting the attempt.
+
+Jobs that fall due. A job is `pending` and due at a time (`due`; None: not scheduled).
+`lease` takes due jobs, oldest due first (`FOR UPDATE SKIP LOCKED`, or SQLite's
+writer), and moves their due time to the lease's end, which `leased` keeps: no claimer
+sees them due until then, and a claimant that dies leaves them due again when it ends.
+The claimant writes the outcome (the next due time, or a final state) only if its lease
+`holds`, clearing `leased`; `hand_back` makes a job due again at once. The attempt runs
+with no database transaction open; a crash between the attempt and its record runs the
+attempt once more (at least once).
 
 Every user runs the same contract (`tests/reliability/test_job_queue.py`). The seam for
 a broker (Redis streams, RabbitMQ, SQS) is these three functions: a broker would
@@ -153,3 +167,86 @@ def release(
             .where(queue.id == job_id, queue.claimed_by == worker, queue.state == queue.running)
             .values(values)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A table of jobs that fall due, as the queue sees it: its model (with an `id`), its
+    state column and the value of a job still to do (`pending`), the column of its due
+    time (`due`) and of the end of the lease its attempt runs under (`leased`, else
+    None)."""
+
+    model: Any
+    state: Any
+    pending: str
+    due: Any
+    leased: Any
+
+
+# The jobs a lease takes from the due candidates (connection, the candidates: at most
+# four times the limit, locked), in the lease's transaction.
+Pick = Callable[[Connection, Sequence[Any]], Sequence[Any]]
+
+
+def lease(
+    connection: Connection,
+    queue: Due,
+    *,
+    now: datetime,
+    duration: timedelta,
+    limit: int,
+    columns: Sequence[Any] = (),
+    join: tuple[Any, Any] | None = None,
+    where: Sequence[Any] = (),
+    pick: Pick | None = None,
+) -> tuple[Sequence[Any], datetime]:
+    """Lease up to `limit` jobs due at `now` among those `where` selects (oldest due
+    first; `pick` chooses among them, when given): their rows (`id` and `columns`), and
+    the lease's end, in the caller's short database transaction."""
+    statement = select(queue.model.id, *columns)
+    if join is not None:
+        statement = statement.join(*join)
+    rows: Sequence[Any] = connection.execute(
+        statement.where(queue.state == queue.pending, queue.due <= now, *where)
+        .order_by(queue.due)
+        .limit(limit if pick is None else limit * 4)
+        .with_for_update(skip_locked=True, of=queue.model)
+    ).all()
+    if pick is not None:
+        rows = pick(connection, rows)[:limit]
+    until = now + duration
+    if rows:
+        connection.execute(
+            update(queue.model)
+            .where(queue.model.id.in_([row.id for row in rows]))
+            .values({queue.due: until, queue.leased: until})
+        )
+    return rows, until
+
+
+def holds(connection: Connection, queue: Due, job_id: Any, until: datetime) -> bool:
+    """Whether the lease ending `until` on the job still holds, locking its row until
+    the caller's commit (the caller then writes the outcome, clearing `leased`)."""
+    held = connection.execute(
+        select(queue.model.id)
+        .where(queue.model.id == job_id, queue.state == queue.pending, queue.leased == until)
+        .with_for_update()
+    ).one_or_none()
+    return held is not None
+
+
+def hand_back(db: Database, queue: Due, jobs: Sequence[tuple[Any, datetime]]) -> None:
+    """Jobs (with their leases' ends) this process will not attempt after all, as it
+    stops: due again at once, for any worker."""
+    if not jobs:
+        return
+    now = utcnow_ms()
+    with db.begin() as connection:
+        for job_id, until in jobs:
+            connection.execute(
+                update(queue.model)
+                .where(
+                    queue.model.id == job_id, queue.state == queue.pending, queue.leased == until
+                )
+                .values({queue.due: now, queue.leased: None})
+            )

@@ -81,8 +81,8 @@ def test_a_reply_claimed_by_a_worker_that_died_is_sent_after_its_lease(
 ) -> None:
     sink, port = relay
     runtime, relayed = _queue(smtp_server, mail_tenant, inbox, port)
-    with runtime.db.unit_of_work() as session:  # a worker claims one, then dies
-        claim = inboxes.claim_reply(session, lease=timedelta(seconds=120))
+    with runtime.db.begin() as connection:  # a worker claims one, then dies
+        claim = inboxes.claim_reply(connection, lease=timedelta(seconds=120))
     assert claim is not None
     assert replies.send_due(runtime.db, relayed) == MESSAGES - 1  # its lease holds
     with runtime.db.unit_of_work() as session:  # the lease ends

@@ -65,6 +65,8 @@ class InboxMessage(Base):
     reply_state: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # while its reply is being sent: the lease's end (`jobs.Due`)
+    leased_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     replied_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     last_error: Mapped[str | None] = mapped_column(String(500), default=None)
     extra: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)

@@ -83,13 +83,14 @@ LEASE = timedelta(seconds=120)  # a reply being sent: longer than the relay's 30
 
 def send_due(db: Database, settings: Settings, *, limit: int = 50) -> int:
     """Send up to `limit` replies that are due and whose transactions are all final;
-    how many were sent. Each is claimed with a lease in a short transaction of its own
-    and sent with no database transaction open, so any number of workers send each
-    reply once; a worker that dies mid-reply leaves it due again when its lease ends."""
+    how many were sent. Each is leased in a short transaction of its own (the job
+    queue's `Due` jobs), sent with no database transaction open, then marked sent, so
+    any number of workers send each reply once; a worker that dies between the send and
+    the mark leaves it due again when its lease ends (sent twice, never a batch again)."""
     sent = 0
     for _ in range(limit):
-        with db.unit_of_work() as session:
-            claim = inboxes.claim_reply(session, lease=LEASE)
+        with db.begin() as connection:
+            claim = inboxes.claim_reply(connection, lease=LEASE)
         if claim is None:
             break
         sent += _reply(db, settings, *claim)

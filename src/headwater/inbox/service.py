@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.orm import Session
 
+from headwater import jobs
 from headwater.config import Settings
 from headwater.db import dialect_insert
 from headwater.files import service as files
@@ -286,45 +287,33 @@ def record_message(
 # --- replies ----------------------------------------------------------------------------------
 
 
-def claim_reply(session: Session, *, lease: timedelta) -> tuple[uuid.UUID, datetime] | None:
-    """Take the oldest due reply for `lease`: its `next_attempt_at` moves to the lease's
-    end, so no other worker sees it as due until then (and it is due again if this one
-    dies). Its id and the lease's end, which the caller's later writes must still find
-    (`leased`); None when none is due."""
-    while True:
-        now = utcnow()
-        due = session.execute(
-            select(InboxMessage.id, InboxMessage.next_attempt_at)
-            .where(InboxMessage.reply_state == "pending", InboxMessage.next_attempt_at <= now)
-            .order_by(InboxMessage.next_attempt_at)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        ).one_or_none()
-        if due is None:
-            return None
-        until = now + lease
-        taken = session.execute(
-            update(InboxMessage)
-            .where(InboxMessage.id == due.id, InboxMessage.next_attempt_at == due.next_attempt_at)
-            .values(next_attempt_at=until)
-            .returning(InboxMessage.id)
-        ).first()
-        if taken is not None:
-            return due.id, until
-        # another worker took it between the read and the write (SQLite reads unlocked)
+# the replies to send: the job queue's jobs that fall due
+REPLIES = jobs.Due(
+    model=InboxMessage,
+    state=InboxMessage.reply_state,
+    pending="pending",
+    due=InboxMessage.next_attempt_at,
+    leased=InboxMessage.leased_until,
+)
+
+
+def claim_reply(connection: Connection, *, lease: timedelta) -> tuple[uuid.UUID, datetime] | None:
+    """Lease the oldest due reply (`jobs.lease`): no other worker sees it due until the
+    lease ends, and it is due again then if this one dies. Its id and the lease's end,
+    which the caller's later writes must still find (`leased`); None when none is due."""
+    rows, until = jobs.lease(connection, REPLIES, now=utcnow(), duration=lease, limit=1)
+    return (rows[0].id, until) if rows else None
 
 
 def leased(session: Session, message_id: uuid.UUID, until: datetime) -> InboxMessage | None:
-    """The reply, if this worker's lease on it (`until`) still holds."""
-    return session.scalars(
-        select(InboxMessage)
-        .where(
-            InboxMessage.id == message_id,
-            InboxMessage.reply_state == "pending",
-            InboxMessage.next_attempt_at == until,
-        )
-        .with_for_update()
-    ).one_or_none()
+    """The reply, locked and its lease ended, if this worker's lease on it (`until`)
+    still holds; the caller writes what became of it."""
+    if not jobs.holds(session.connection(), REPLIES, message_id, until):
+        return None
+    message = session.get(InboxMessage, message_id)
+    assert message is not None
+    message.leased_until = None
+    return message
 
 
 def replies_sent_since(session: Session, sender: str, since: datetime) -> int:

@@ -5,10 +5,10 @@
   enabled endpoint of the company that subscribes to the event's type: every event
   gets its deliveries exactly once, however many workers run. The worker sequences the
   companies that have endpoints (`sequence_followed`); the feed, its reader's company.
-- `claim` takes due deliveries for this process (PostgreSQL: `FOR UPDATE SKIP LOCKED`,
-  so workers never take the same one), at most `per_endpoint` in flight per endpoint,
-  and moves each one's `next_attempt_at` a lease ahead: a worker killed mid-attempt
-  leaves the delivery due again when the lease ends (at least once).
+- `claim` leases due deliveries through the job queue (`jobs.Due`: workers never take
+  the same one, and a worker killed mid-attempt leaves the delivery due again when the
+  lease ends: at least once), at most `per_endpoint` being attempted per endpoint across
+  every process.
 - `record` writes attempts (many at once, in one database transaction) and each
   delivery's next state: delivered, retried after the schedule's next delay (with up to
   10% jitter), or failed after the last; an endpoint failing for `disable_after` is
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,6 +39,7 @@ from sqlalchemy import (
     update,
 )
 
+from headwater import jobs
 from headwater.db import Database
 from headwater.events import log, outbox
 from headwater.events.models import Event
@@ -165,6 +166,16 @@ def sequence_followed(db: Database) -> int:
     )
 
 
+# the deliveries to attempt: the job queue's jobs that fall due
+DELIVERIES = jobs.Due(
+    model=WebhookDelivery,
+    state=WebhookDelivery.status,
+    pending="pending",
+    due=WebhookDelivery.next_attempt_at,
+    leased=WebhookDelivery.leased_until,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Claimed:
     delivery_id: int
@@ -174,6 +185,7 @@ class Claimed:
     secrets: tuple[str, ...]
     body: bytes
     attempt_count: int
+    until: datetime  # the lease's end: the attempt's record must still find it
 
 
 def _secrets(box: SecretBox, endpoint: Any, now: datetime) -> tuple[str, ...]:
@@ -188,18 +200,13 @@ def _secrets(box: SecretBox, endpoint: Any, now: datetime) -> tuple[str, ...]:
 
 
 def claim(
-    db: Database,
-    box: SecretBox,
-    *,
-    limit: int,
-    in_flight: Mapping[uuid.UUID, int],
-    per_endpoint: int,
-    lease: timedelta,
+    db: Database, box: SecretBox, *, limit: int, per_endpoint: int, lease: timedelta
 ) -> list[Claimed]:
-    """Due deliveries for this process: at most `limit`, and per endpoint no more than
-    `per_endpoint` with those already `in_flight` here; each leased for `lease`."""
+    """Lease due deliveries (`jobs.lease`): at most `limit`, and never more than
+    `per_endpoint` of one endpoint being attempted at once across every process, so a
+    slow receiver holds only its own slots. Each with its event's body and the
+    endpoint's secrets."""
     now = utcnow()
-    full = [endpoint for endpoint, n in in_flight.items() if n >= per_endpoint]
     with db.read_connection() as connection:
         if not connection.scalar(
             select(
@@ -210,42 +217,34 @@ def claim(
         ):
             return []
     with db.begin() as connection:
-        due = (
-            select(
-                WebhookDelivery.id,
+        # endpoints whose slots are all taken, by any process (their leases are the
+        # entries of a partial index: few)
+        full = (
+            select(WebhookDelivery.endpoint_id)
+            .where(WebhookDelivery.leased_until > now)
+            .group_by(WebhookDelivery.endpoint_id)
+            .having(func.count() >= per_endpoint)
+        )
+        picked, until = jobs.lease(
+            connection,
+            DELIVERIES,
+            now=now,
+            duration=lease,
+            limit=limit,
+            columns=(
                 WebhookDelivery.endpoint_id,
                 WebhookDelivery.event_seq,
                 WebhookDelivery.attempt_count,
-            )
-            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
-            .where(
-                WebhookDelivery.status == "pending",
-                WebhookDelivery.next_attempt_at <= now,
+            ),
+            join=(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id),
+            where=(
                 WebhookEndpoint.status == "enabled",
-            )
+                WebhookDelivery.endpoint_id.not_in(full),
+            ),
+            pick=lambda c, rows: _within_slots(c, rows, per_endpoint=per_endpoint, now=now),
         )
-        if full:
-            due = due.where(WebhookDelivery.endpoint_id.not_in(full))
-        candidates = connection.execute(
-            due.order_by(WebhookDelivery.next_attempt_at)
-            .limit(limit * 4)
-            .with_for_update(skip_locked=True, of=WebhookDelivery)
-        ).all()
-        taken: dict[uuid.UUID, int] = dict(in_flight)
-        picked: list[Any] = []
-        for row in candidates:
-            if len(picked) == limit:
-                break
-            if taken.get(row.endpoint_id, 0) < per_endpoint:
-                taken[row.endpoint_id] = taken.get(row.endpoint_id, 0) + 1
-                picked.append(row)
         if not picked:
             return []
-        connection.execute(
-            update(WebhookDelivery)
-            .where(WebhookDelivery.id.in_([row.id for row in picked]))
-            .values(next_attempt_at=now + lease)
-        )
         endpoints = {
             row.id: row
             for row in connection.execute(
@@ -271,9 +270,42 @@ def claim(
             secrets=_secrets(box, endpoints[row.endpoint_id], now),
             body=bodies[row.event_seq],
             attempt_count=row.attempt_count,
+            until=until,
         )
         for row in picked
     ]
+
+
+def _within_slots(
+    connection: Connection, candidates: Sequence[Any], *, per_endpoint: int, now: datetime
+) -> list[Any]:
+    """The candidates that fit their endpoints' free slots, oldest due first. Each
+    endpoint's row is locked (`FOR NO KEY UPDATE SKIP LOCKED`: a new delivery's foreign
+    key check does not wait) while its slots are counted and taken, so two processes
+    never fill one endpoint's slots at once; an endpoint another process is leasing for
+    now is left to it."""
+    wanted = sorted({row.endpoint_id for row in candidates})
+    mine = set(
+        connection.execute(
+            select(WebhookEndpoint.id)
+            .where(WebhookEndpoint.id.in_(wanted))
+            .order_by(WebhookEndpoint.id)
+            .with_for_update(skip_locked=True, key_share=True)
+        ).scalars()
+    )
+    taken: dict[uuid.UUID, int] = dict(
+        connection.execute(
+            select(WebhookDelivery.endpoint_id, func.count())
+            .where(WebhookDelivery.endpoint_id.in_(mine), WebhookDelivery.leased_until > now)
+            .group_by(WebhookDelivery.endpoint_id)
+        ).all()
+    )
+    picked = []
+    for row in candidates:
+        if row.endpoint_id in mine and taken.get(row.endpoint_id, 0) < per_endpoint:
+            taken[row.endpoint_id] = taken.get(row.endpoint_id, 0) + 1
+            picked.append(row)
+    return picked
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +348,7 @@ _MOVE = (
         status=bindparam("b_status"),
         attempt_count=bindparam("b_count"),
         next_attempt_at=bindparam("b_next"),
+        leased_until=None,
     )
 )
 
@@ -329,19 +362,29 @@ def record(
 ) -> list[str]:
     """Store attempts and what follows each, in one database transaction: `delivered`,
     `retry` or `failed` for each; `gone` for a delivery removed meanwhile (its endpoint
-    deleted) or moved by another hand (a replay)."""
+    deleted), moved by another hand (a replay) or whose lease ran out (another worker
+    may be attempting it)."""
     states = ["gone"] * len(done)
     with db.begin() as connection:
-        ids = [claimed.delivery_id for claimed, _ in done]
-        # locked, so a delete or replay running now waits for this transaction
-        still = set(
-            connection.execute(
-                select(WebhookDelivery.id)
-                .where(WebhookDelivery.id.in_(ids), WebhookDelivery.status == "pending")
-                .order_by(WebhookDelivery.id)
-                .with_for_update()
-            ).scalars()
-        )
+        # the deliveries whose leases still hold, locked (a delete or replay running
+        # now waits for this transaction; one that ran first ended the lease)
+        leases: dict[datetime, list[int]] = {}
+        for claimed, _ in done:
+            leases.setdefault(claimed.until, []).append(claimed.delivery_id)
+        still: set[int] = set()
+        for until, ids in sorted(leases.items()):
+            still.update(
+                connection.execute(
+                    select(WebhookDelivery.id)
+                    .where(
+                        WebhookDelivery.id.in_(ids),
+                        WebhookDelivery.status == "pending",
+                        WebhookDelivery.leased_until == until,
+                    )
+                    .order_by(WebhookDelivery.id)
+                    .with_for_update()
+                ).scalars()
+            )
         moves, attempts = [], []
         succeeded: set[uuid.UUID] = set()
         failed: dict[uuid.UUID, datetime] = {}

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -48,8 +49,8 @@ class WebhookEndpoint(Base):
 
 class WebhookDelivery(Base):
     """One event for one endpoint: `pending` (due at `next_attempt_at`; while an attempt
-    runs, that is the attempt's lease: a worker killed mid-attempt leaves it due again),
-    `delivered` or `failed` (after the last retry)."""
+    runs, at its lease's end, `leased_until`: a worker killed mid-attempt leaves it due
+    again), `delivered` or `failed` (after the last retry)."""
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
@@ -57,6 +58,13 @@ class WebhookDelivery(Base):
         Index(None, "status", "next_attempt_at"),
         Index(None, "endpoint_id", "created_at"),
         Index(None, "event_seq"),
+        Index(
+            "ix_webhook_deliveries_leased",
+            "endpoint_id",
+            "leased_until",
+            postgresql_where=text("leased_until IS NOT NULL"),
+            sqlite_where=text("leased_until IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BIGINT, primary_key=True, autoincrement=True)
@@ -71,6 +79,8 @@ class WebhookDelivery(Base):
     # attempts since the delivery was (re)queued: where it is in the retry schedule
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # while an attempt runs: its lease's end (`jobs.Due`)
+    leased_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 

@@ -16,8 +16,9 @@ followed, no proxy from the environment is used, and at most 64 KiB of an answer
 read.
 
 Slots: at most `webhook_concurrency` attempts in flight in this process, and at most
-`webhook_endpoint_concurrency` per endpoint, so a slow receiver holds a few slots and
-never delays another's deliveries. A slot is free once the receiver has answered; the
+`webhook_endpoint_concurrency` per endpoint across every process (`dispatch.claim`
+counts the leases in the database), so a slow receiver holds a few slots and never
+delays another's deliveries. A slot is free once the receiver has answered; the
 outcomes are written by one recorder, many in a database transaction (until then the
 delivery's lease keeps it from being claimed again; a process that dies first leaves it
 to be attempted again: at least once).
@@ -39,6 +40,7 @@ import anyio.to_thread
 import structlog
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from headwater import jobs
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.kit.clock import utcnow_ms
@@ -84,7 +86,7 @@ class Deliverer:
         # an attempt's lease: its timeout and a margin for recording it
         self.lease = timedelta(seconds=self.timeout + 15)
         self.in_flight: dict[uuid.UUID, int] = defaultdict(int)
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: dict[asyncio.Task[None], Claimed] = {}
         self.freed = asyncio.Event()
         self.sessions: dict[uuid.UUID, aiohttp.ClientSession] = {}
         self.closing: set[asyncio.Future[None]] = set()
@@ -144,10 +146,25 @@ class Deliverer:
         finally:
             if self.tasks:
                 await asyncio.wait(self.tasks, timeout=self.settings.shutdown_timeout_seconds)
+            await self._hand_back()
             await self.outcomes.join()
             recorder.cancel()
             for session in self.sessions.values():
                 await session.close()
+
+    async def _hand_back(self) -> None:
+        """Attempts still running at shutdown are stopped, their deliveries due again at
+        once for another worker (`jobs.hand_back`) rather than after their leases."""
+        left = {task: claimed for task, claimed in self.tasks.items() if not task.done()}
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left)
+        leases = [(claimed.delivery_id, claimed.until) for claimed in left.values()]
+        try:
+            await anyio.to_thread.run_sync(jobs.hand_back, self.db, dispatch.DELIVERIES, leases)
+        except Exception as exc:  # their leases run out instead
+            log.warning("webhook deliveries not handed back", error=str(exc).splitlines()[0])
 
     async def _record_forever(self) -> None:
         """Write outcomes as they come, all that are waiting in one database transaction."""
@@ -183,7 +200,6 @@ class Deliverer:
                     self.db,
                     self.box,
                     limit=free,
-                    in_flight=dict(self.in_flight),
                     per_endpoint=self.settings.webhook_endpoint_concurrency,
                     lease=self.lease,
                 )
@@ -191,14 +207,17 @@ class Deliverer:
         for item in claimed:
             self.in_flight[item.endpoint_id] += 1
             task = asyncio.create_task(self._attempt(item))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self.tasks[task] = item
+            task.add_done_callback(self._forget)
         now = time.monotonic()
         if now - self._gauge_at > GAUGE_SECONDS:
             self._gauge_at = now
             age = await anyio.to_thread.run_sync(dispatch.oldest_pending_seconds, self.db)
             metrics.OLDEST_PENDING.set(age)
         return bool(sequenced) or len(claimed) == free > 0
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self.tasks.pop(task, None)
 
     async def _attempt(self, claimed: Claimed) -> None:
         try:

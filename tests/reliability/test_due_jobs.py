@@ -1,0 +1,354 @@
+"""The job queue's contract for jobs that fall due (`headwater.jobs.Due`), run by each of
+its users: webhook deliveries and email replies. Two claimers never lease one job; a
+dead claimant's job is due again when its lease ends, and its late record finds the
+lease gone; a hand-back makes a job due at once and is not an attempt. On threads, and
+on 2 and 4 processes. Then webhooks' own rule on top: an endpoint's slots hold across
+processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, insert, select, update
+from starlette.testclient import TestClient
+
+from headwater import jobs
+from headwater.config import Settings
+from headwater.inbox import service as inboxes
+from headwater.inbox.models import InboxMessage
+from headwater.kit.clock import utcnow
+from headwater.runtime import Runtime
+from headwater.webhooks import dispatch
+from headwater.webhooks.models import WebhookDelivery
+from tests.factories import create_company
+from tests.http_server import process_env, same_database
+from tests.webhooks.conftest import HookTenant
+
+MakeClient = Callable[..., TestClient]
+
+
+@dataclass
+class User:
+    """A user of the queue's jobs that fall due, as the contract drives it."""
+
+    name: str
+    runtime: Runtime
+    queue: jobs.Due
+    attempts: Any  # the column counting its attempts
+    made: Callable[[int], list[Any]]  # n new jobs, due now
+    mine: list[Any] = field(default_factory=list)  # the jobs this test made
+
+    def make(self, n: int) -> list[Any]:
+        ids = self.made(n)
+        self.mine.extend(ids)
+        return ids
+
+    def lease(self, *, limit: int = 1, seconds: float = 60) -> tuple[list[Any], Any]:
+        with self.runtime.db.begin() as connection:
+            rows, until = jobs.lease(
+                connection,
+                self.queue,
+                now=utcnow(),
+                duration=timedelta(seconds=seconds),
+                limit=limit,
+                where=(self.queue.model.id.in_(self.mine),),
+            )
+        return [row.id for row in rows], until
+
+    def settle(self, job_id: Any, until: Any) -> bool:
+        """The claimant's record of a successful attempt, if its lease holds."""
+        with self.runtime.db.begin() as connection:
+            if not jobs.holds(connection, self.queue, job_id, until):
+                return False
+            done = "delivered" if self.name == "deliveries" else "sent"
+            connection.execute(
+                update(self.queue.model)
+                .where(self.queue.model.id == job_id)
+                .values({self.queue.state: done, self.queue.leased: None})
+            )
+        return True
+
+    def state(self, job_id: Any) -> tuple[str, int, bool]:
+        """(state, attempts, whether due now)."""
+        with self.runtime.db.read_connection() as connection:
+            row = connection.execute(
+                select(self.queue.state, self.attempts, self.queue.due).where(
+                    self.queue.model.id == job_id
+                )
+            ).one()
+        return row[0], row[1], row[2] is not None and row[2] <= utcnow()
+
+
+def _runtime(client: TestClient) -> Runtime:
+    return client.app.state.runtime  # type: ignore[attr-defined,no-any-return]
+
+
+def _deliveries(client: TestClient, admin: dict[str, str], make_client: MakeClient) -> User:
+    """Deliveries to one endpoint of a new company, made by sequencing its events (an
+    address nothing listens on: the contract never attempts them)."""
+    company = create_company(client, admin, f"D {uuid.uuid4().hex[:6]}")
+    loopback = make_client(webhook_allow_http=True, webhook_allow_private=True)
+    hooks = HookTenant(client, admin, company).using(loopback)
+    endpoint = uuid.UUID(hooks.endpoint("http://127.0.0.1:9/h")["id"])
+    runtime = _runtime(client)
+
+    def made(n: int) -> list[Any]:
+        with runtime.db.read_connection() as connection:
+            before = set(_of(connection, endpoint))
+        hooks.write_events(runtime.settings, n)
+        dispatch.sequence_all(runtime.db, uuid.UUID(company))
+        with runtime.db.read_connection() as connection:
+            return sorted(set(_of(connection, endpoint)) - before)
+
+    return User("deliveries", runtime, dispatch.DELIVERIES, WebhookDelivery.attempt_count, made)
+
+
+def _of(connection: Any, endpoint: uuid.UUID) -> Sequence[int]:
+    return (
+        connection.execute(
+            select(WebhookDelivery.id).where(WebhookDelivery.endpoint_id == endpoint)
+        )
+        .scalars()
+        .all()
+    )
+
+
+def _replies(client: TestClient, admin: dict[str, str], make_client: MakeClient) -> User:
+    """Replies due now, as the SMTP door leaves them."""
+    runtime = _runtime(client)
+
+    def made(n: int) -> list[Any]:
+        now = utcnow()
+        rows = [
+            {
+                "id": uuid.uuid4(),
+                "inbox_id": uuid.uuid4(),
+                "company_id": uuid.uuid4(),
+                "message_id": f"<{uuid.uuid4()}@example.com>",
+                "sender": "someone@example.com",
+                "subject": "s",
+                "transaction_ids": [],
+                "ignored": [],
+                "received_at": now,
+                "reply_state": "pending",
+                "attempts": 0,
+                "next_attempt_at": now,
+            }
+            for _ in range(n)
+        ]
+        with runtime.db.begin() as connection:
+            connection.execute(insert(InboxMessage), rows)
+        return [row["id"] for row in rows]
+
+    return User("replies", runtime, inboxes.REPLIES, InboxMessage.attempts, made)
+
+
+@pytest.fixture(params=["deliveries", "replies"])
+def user(
+    request: pytest.FixtureRequest,
+    client: TestClient,
+    admin: dict[str, str],
+    make_client: MakeClient,
+) -> User:
+    make = _deliveries if request.param == "deliveries" else _replies
+    return make(client, admin, make_client)
+
+
+def test_claimers_on_threads_never_lease_one_job(user: User) -> None:
+    made = user.make(30)
+    taken: list[Any] = []
+    barrier = threading.Barrier(4)
+
+    def claimer() -> None:
+        barrier.wait()
+        while True:
+            ids, until = user.lease(limit=3)
+            if not ids:
+                return
+            for job_id in ids:
+                assert user.settle(job_id, until)
+                taken.append(job_id)
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(taken) == sorted(made)  # each once, none left
+
+
+CLAIMER = """
+import sys, time, uuid
+from datetime import timedelta
+from sqlalchemy import update
+from headwater import jobs
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.inbox import service as inboxes
+from headwater.kit.clock import utcnow
+from headwater.webhooks import dispatch
+db = Database(Settings())
+name, ids, start = sys.argv[1], sys.argv[2].split(","), float(sys.argv[3])
+queue = dispatch.DELIVERIES if name == "deliveries" else inboxes.REPLIES
+ids = [int(i) if name == "deliveries" else uuid.UUID(i) for i in ids]
+done = "delivered" if name == "deliveries" else "sent"
+time.sleep(max(0.0, start - time.time()))
+taken = []
+while True:
+    with db.begin() as connection:
+        rows, until = jobs.lease(
+            connection, queue, now=utcnow(), duration=timedelta(minutes=5), limit=2,
+            where=(queue.model.id.in_(ids),),
+        )
+    if not rows:
+        break
+    for row in rows:
+        with db.begin() as connection:
+            assert jobs.holds(connection, queue, row.id, until)
+            connection.execute(
+                update(queue.model).where(queue.model.id == row.id)
+                .values({queue.state: done, queue.leased: None})
+            )
+        taken.append(str(row.id))
+print(",".join(taken))
+"""
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_claimer_processes_never_lease_one_job(
+    user: User, settings: Settings, processes: int
+) -> None:
+    made = user.make(24)
+    env = process_env(same_database(settings.data_dir, settings.database_url))
+    start = time.time() + 1.5
+    ids = ",".join(str(job_id) for job_id in made)
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, user.name, ids, str(start)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
+    taken: list[str] = []
+    for process in running:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        taken += [job for job in out.strip().split(",") if job]
+    assert sorted(taken) == sorted(str(job_id) for job_id in made)
+
+
+def test_a_dead_claimants_job_is_due_again_when_its_lease_ends(user: User) -> None:
+    [job_id] = user.make(1)
+    ids, dead = user.lease(seconds=3600)  # a claimant that then dies
+    assert ids == [job_id]
+    assert user.lease()[0] == []  # its lease holds
+    with user.runtime.db.begin() as connection:  # the lease ends
+        connection.execute(
+            update(user.queue.model)
+            .where(user.queue.model.id == job_id)
+            .values({user.queue.due: utcnow() - timedelta(seconds=1)})
+        )
+    ids, until = user.lease()
+    assert ids == [job_id]
+    assert not user.settle(job_id, dead)  # the old claimant's late record finds it gone
+    assert user.settle(job_id, until)
+    assert user.state(job_id)[:2] == ("delivered" if user.name == "deliveries" else "sent", 0)
+
+
+def test_a_hand_back_is_due_at_once_and_not_an_attempt(user: User) -> None:
+    [job_id] = user.make(1)
+    ids, until = user.lease(seconds=3600)
+    jobs.hand_back(user.runtime.db, user.queue, [(job_id, until)])
+    assert user.state(job_id) == ("pending", 0, True)
+    assert not user.settle(job_id, until)  # its lease ended with the hand-back
+    ids, again = user.lease(seconds=3600)
+    assert ids == [job_id]
+    jobs.hand_back(user.runtime.db, user.queue, [(job_id, until)])  # an old lease
+    assert user.state(job_id) == ("pending", 0, False)  # changes nothing
+    assert user.settle(job_id, again)
+
+
+def _claim(runtime: Runtime, endpoint: uuid.UUID | None = None) -> list[dispatch.Claimed]:
+    """One process's claim, with two slots per endpoint: what it leased (of `endpoint`)."""
+    claimed = dispatch.claim(
+        runtime.db, runtime.secret_box, limit=10, per_endpoint=2, lease=timedelta(minutes=5)
+    )
+    return [c for c in claimed if endpoint is None or c.endpoint_id == endpoint]
+
+
+def test_an_endpoints_slots_hold_across_processes(
+    client: TestClient, admin: dict[str, str], make_client: MakeClient
+) -> None:
+    user = _deliveries(client, admin, make_client)
+    user.make(6)
+    endpoint = _endpoint_of(user)
+    runtime = user.runtime
+    first = _claim(runtime, endpoint)
+    assert len(first) == 2
+    assert _claim(runtime, endpoint) == []  # another process: the endpoint's slots are taken
+    delivered = dispatch.Outcome(at=utcnow(), duration_ms=1, status_code=204)
+    states = dispatch.record(
+        runtime.db, [(first[0], delivered)], schedule=[60], disable_after=timedelta(days=3)
+    )
+    assert states == ["delivered"]
+    assert len(_claim(runtime, endpoint)) == 1  # the slot it freed
+
+
+def test_concurrent_claimers_never_fill_an_endpoint_past_its_slots(
+    client: TestClient, admin: dict[str, str], make_client: MakeClient
+) -> None:
+    user = _deliveries(client, admin, make_client)
+    user.make(20)
+    endpoint = _endpoint_of(user)
+    leased: list[dispatch.Claimed] = []
+    barrier = threading.Barrier(4)
+
+    def claimer() -> None:
+        barrier.wait()
+        for _ in range(3):
+            leased.extend(_claim(user.runtime, endpoint))
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(leased) == 2
+    with user.runtime.db.read_connection() as connection:
+        in_flight = connection.scalar(
+            select(func.count()).where(
+                WebhookDelivery.endpoint_id == endpoint, WebhookDelivery.leased_until > utcnow()
+            )
+        )
+    assert in_flight == 2
+
+
+def test_a_full_endpoint_does_not_hold_up_another(
+    client: TestClient, admin: dict[str, str], make_client: MakeClient
+) -> None:
+    busy = _deliveries(client, admin, make_client)
+    busy.make(60)  # older, and more than a claim looks at
+    quiet = _deliveries(client, admin, make_client)
+    [waiting] = quiet.make(1)
+    leased = {c.delivery_id for c in _claim(busy.runtime) + _claim(busy.runtime)}
+    assert waiting in leased  # the busy endpoint full after the first claim, the second
+    # looks past its deliveries
+
+
+def _endpoint_of(user: User) -> uuid.UUID:
+    with user.runtime.db.read_connection() as connection:
+        return connection.execute(
+            select(WebhookDelivery.endpoint_id).where(WebhookDelivery.id == user.mine[0])
+        ).scalar_one()
