@@ -26,11 +26,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-from sqlalchemy import Connection, Text, cast, select
+from sqlalchemy import Connection
 
 from headwater.exports.columns import Column, raw_schema, raw_value
-from headwater.ingestion import staging
-from headwater.ingestion.models import Record
+from headwater.ingestion import records
 
 CHUNK_ROWS = 20_000
 COPY_BLOCK_BYTES = 2 * 1024 * 1024
@@ -59,18 +58,9 @@ def row_batches(
     connection: Connection, selection: Selection, props: list[Column] | None
 ) -> Generator[pa.RecordBatch]:
     """Raw batches read row by row; `props` None: NDJSON's batches."""
-    statement = select(
-        Record.record_id,
-        Record.transaction_id,
-        Record.schema_version,
-        Record.ingested_at,
-        cast(Record.data, Text),
-    ).where(Record.dataset_pk == selection.dataset_pk, staging.visible(selection.dataset_pk))
-    if selection.after is not None:
-        statement = statement.where(Record.ingested_at >= selection.after)
-    if selection.before is not None:
-        statement = statement.where(Record.ingested_at < selection.before)
-    statement = statement.order_by(Record.ingested_at, Record.seq)
+    statement = records.for_export(
+        selection.dataset_pk, after=selection.after, before=selection.before
+    )
     schema = data_schema() if props is None else raw_schema(props)
     result = connection.execution_options(stream_results=True, yield_per=CHUNK_ROWS).execute(
         statement
@@ -125,27 +115,25 @@ def _copy_statement(selection: Selection, props: list[Column] | None) -> tuple[A
             else:
                 picked.append(sql.SQL("x.{}").format(sql.Identifier(column.key)))
                 declared.append(sql.SQL("{} {}").format(sql.Identifier(column.key), kind))
-    source: sql.Composable = sql.SQL("records AS r")
+    table = sql.Identifier(records.EXPORT_TABLE)
+    source: sql.Composable = sql.SQL("{} AS r").format(table)
     if declared:
-        source = sql.SQL("records AS r CROSS JOIN LATERAL json_to_record(r.data) AS x({})").format(
-            sql.SQL(", ").join(declared)
+        source = sql.SQL("{} AS r CROSS JOIN LATERAL json_to_record(r.data) AS x({})").format(
+            table, sql.SQL(", ").join(declared)
         )
-    where: sql.Composable = sql.SQL("r.dataset_pk = %s AND " + staging.VISIBLE_SQL)
-    params += [selection.dataset_pk, selection.dataset_pk]
-    if selection.after is not None:
-        where += sql.SQL(" AND r.ingested_at >= %s")
-        params.append(selection.after)
-    if selection.before is not None:
-        where += sql.SQL(" AND r.ingested_at < %s")
-        params.append(selection.before)
+    condition, condition_params = records.for_export_sql(
+        selection.dataset_pk, after=selection.after, before=selection.before
+    )
+    params += condition_params
     statement = sql.SQL(
         "COPY (SELECT r.record_id, r.transaction_id, r.schema_version, "
         "(extract(epoch FROM r.ingested_at) * 1000000)::bigint{picked} "
-        "FROM {source} WHERE {where} ORDER BY r.ingested_at, r.seq) TO STDOUT (FORMAT csv)"
+        "FROM {source} WHERE {where} ORDER BY {order}) TO STDOUT (FORMAT csv)"
     ).format(
         picked=sql.SQL("").join(sql.SQL(", ") + column for column in picked),
         source=source,
-        where=where,
+        where=sql.SQL(condition),
+        order=sql.SQL(records.EXPORT_ORDER),
     )
     return statement, params
 

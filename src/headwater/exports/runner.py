@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from headwater import jobs
 from headwater.db import Database
@@ -20,7 +20,7 @@ from headwater.exports import columns, metrics, reading, writing
 from headwater.exports.models import Export
 from headwater.exports.service import COMPLETED, QUEUE, RUNNING, Interrupted, JobSettings, event
 from headwater.files.stores import Store
-from headwater.ingestion.models import DatasetSchema
+from headwater.ingestion import datasets
 from headwater.kit.clock import utcnow_ms
 
 log = structlog.get_logger("headwater.exports")
@@ -29,12 +29,7 @@ log = structlog.get_logger("headwater.exports")
 def _schemas(db: Database, dataset_pk: uuid.UUID) -> list[dict[str, Any]]:
     """The dataset's schema versions, newest first."""
     with db.read_connection() as connection:
-        rows = connection.execute(
-            select(DatasetSchema.schema)
-            .where(DatasetSchema.dataset_pk == dataset_pk)
-            .order_by(DatasetSchema.version.desc())
-        )
-        return [row.schema for row in rows]
+        return datasets.schema_history(connection, dataset_pk)
 
 
 def _renewing(

@@ -270,6 +270,16 @@ def version(session: Session, *, client_id: str, dataset_id: str, number: int) -
     return _version_view(row)
 
 
+def schema_history(connection: Connection, dataset_pk: uuid.UUID) -> list[dict[str, Any]]:
+    """The dataset's schema versions' documents, newest first."""
+    rows = connection.execute(
+        select(DatasetSchema.schema)
+        .where(DatasetSchema.dataset_pk == dataset_pk)
+        .order_by(DatasetSchema.version.desc())
+    )
+    return [row.schema for row in rows]
+
+
 def _version_view(row: DatasetSchema) -> SchemaVersionRead:
     return SchemaVersionRead(
         schema_version=row.version,

@@ -1,10 +1,12 @@
 """A dataset's records as callers read them: a page (`list_records`) or every one as
-NDJSON (`stream_records`), staged files' records left out."""
+NDJSON (`stream_records`), staged files' records left out; and as exports read them
+(`for_export`, and `for_export_sql` for PostgreSQL's COPY)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, Text, cast, func, literal, select, tuple_
@@ -102,3 +104,45 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
             after = (rows[-1].ingested_at, rows[-1].seq)
 
     return lines()
+
+
+def for_export(
+    dataset_pk: uuid.UUID, *, after: datetime | None, before: datetime | None
+) -> Select[Any, Any, Any, Any, Any]:
+    """A dataset's visible records ingested in [`after`, `before`), in storage order:
+    `record_id`, `transaction_id`, `schema_version`, `ingested_at` and the record's JSON
+    as text."""
+    statement = select(
+        Record.record_id,
+        Record.transaction_id,
+        Record.schema_version,
+        Record.ingested_at,
+        cast(Record.data, Text),
+    ).where(Record.dataset_pk == dataset_pk, staging.visible(dataset_pk))
+    if after is not None:
+        statement = statement.where(Record.ingested_at >= after)
+    if before is not None:
+        statement = statement.where(Record.ingested_at < before)
+    return statement.order_by(Record.ingested_at, Record.seq)
+
+
+# PostgreSQL's COPY of `for_export` is written as SQL text: the table, which the text
+# names `r`, and its order
+EXPORT_TABLE = Record.__tablename__
+EXPORT_ORDER = "r.ingested_at, r.seq"
+
+
+def for_export_sql(
+    dataset_pk: uuid.UUID, *, after: datetime | None, before: datetime | None
+) -> tuple[str, list[Any]]:
+    """`for_export`'s condition as SQL text over `EXPORT_TABLE AS r` (psycopg's `%s`
+    parameters), with its parameters."""
+    where = "r.dataset_pk = %s AND " + staging.VISIBLE_SQL
+    params: list[Any] = [dataset_pk, dataset_pk]
+    if after is not None:
+        where += " AND r.ingested_at >= %s"
+        params.append(after)
+    if before is not None:
+        where += " AND r.ingested_at < %s"
+        params.append(before)
+    return where, params

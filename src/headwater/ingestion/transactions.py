@@ -4,10 +4,10 @@ company's (`visible_to`)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Connection, Select, select
 from sqlalchemy.orm import Session
 
 from headwater.identity.tokens import Principal
@@ -74,3 +74,16 @@ def transaction_view(transaction: Transaction) -> TransactionRead:
         view.status, view.records_processed, view.records_received
     )
     return view
+
+
+def final_rows(connection: Connection, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, Any]:
+    """The transactions' rows (mappings of their columns), by id: what their events carry
+    as `data` once they are final."""
+    table = Transaction.__table__
+    wanted = list(ids)
+    if not wanted:
+        return {}
+    return {
+        row.id: row._mapping
+        for row in connection.execute(select(table).where(table.c.id.in_(wanted)))
+    }
