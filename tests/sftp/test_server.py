@@ -266,7 +266,7 @@ def test_sessions_per_account_are_limited(make_sftp: Any, account: Account) -> N
 def test_a_deleted_account_is_logged_out(sftp_server: SftpServer, account: Account) -> None:
     """The contract's 5 s comes from the reaper's period (checked below, not timed: a
     loaded machine may take longer to run it)."""
-    from headwater.sftp.server import REAP_SECONDS
+    from headwater.sftp.hub import REAP_SECONDS
 
     assert REAP_SECONDS <= 5 / 2
     tenant = account.tenant

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from headwater.identity import service as identity
 from headwater.identity.secrets import hash_secret, verify_secret
 from headwater.identity.tokens import Principal
+from headwater.ingestion import api as ingestion
 from headwater.kit.clock import utcnow, utcnow_ms
 from headwater.kit.pagination import PageQuery, paginate
 from headwater.sftp.errors import AccountExists, AccountNotFound, InvalidAccount
@@ -266,22 +267,41 @@ def record_upload(
 
 
 def receipts(
-    session: Session, login: Login, *, client_id: str, dataset_id: str, days: int
-) -> list[SftpUpload]:
-    """The uploads of this company's dataset whose receipts are still shown."""
-    return list(
-        session.scalars(
-            select(SftpUpload)
-            .where(
-                SftpUpload.company_id == login.company_id,
-                SftpUpload.client_id == client_id,
-                SftpUpload.dataset_id == dataset_id,
-                SftpUpload.receipt_removed_at.is_(None),
-                SftpUpload.created_at >= utcnow() - timedelta(days=days),
-            )
-            .order_by(SftpUpload.created_at)
+    session: Session,
+    login: Login,
+    caller: Principal,
+    *,
+    client_id: str,
+    dataset_id: str,
+    days: int,
+    only: str | None = None,
+) -> dict[str, bytes]:
+    """The receipts shown in a dataset's `receipts` directory: `<name>.<transaction_id>.json`
+    → the transaction's JSON, for the uploads of the last `days` whose transactions are
+    final and still visible to the account (only the one named `only`, if given)."""
+    found: dict[str, bytes] = {}
+    uploads = session.scalars(
+        select(SftpUpload)
+        .where(
+            SftpUpload.company_id == login.company_id,
+            SftpUpload.client_id == client_id,
+            SftpUpload.dataset_id == dataset_id,
+            SftpUpload.receipt_removed_at.is_(None),
+            SftpUpload.created_at >= utcnow() - timedelta(days=days),
         )
+        .order_by(SftpUpload.created_at)
     )
+    for upload in uploads:
+        name = f"{upload.name}.{upload.transaction_id}.json"
+        if only is not None and name != only:
+            continue
+        try:
+            view = ingestion.transaction_read(session, caller, upload.transaction_id)
+        except ingestion.TransactionNotFound:  # no longer visible to this account
+            continue
+        if view.status not in ingestion.PENDING_STATUSES:
+            found[name] = view.model_dump_json().encode()
+    return found
 
 
 def remove_receipt(session: Session, login: Login, transaction_id: uuid.UUID) -> bool:
