@@ -96,7 +96,10 @@ def list_quarantine(
     status_code=status.HTTP_201_CREATED,
     responses={
         404: {"description": "No such file transaction for this token."},
-        409: {"description": "The transaction has no open quarantined rows."},
+        409: {
+            "description": "The transaction has no open quarantined rows, or its file is"
+            " still processing (its rows are not final until it is published)."
+        },
     },
 )
 def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: FilesRuntime) -> object:
