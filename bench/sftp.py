@@ -30,7 +30,7 @@ from typing import Any
 
 import asyncssh
 import httpx
-from tests.http_server import _env, free_port
+from tests.http_server import free_port, process_env
 
 from bench.common import (
     OPERATOR,
@@ -83,7 +83,9 @@ def start_sftp(env: dict[str, str], data_dir: str) -> tuple[subprocess.Popen[byt
     with log.open("ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "headwater.cli", "sftp", "--port", "0", "--ready-file", ready],
-            env=_env({"HEADWATER_DATA_DIR": data_dir, "HEADWATER_LOG_LEVEL": "WARNING", **env}),
+            env=process_env(
+                {"HEADWATER_DATA_DIR": data_dir, "HEADWATER_LOG_LEVEL": "WARNING", **env}
+            ),
             stdout=out,
             stderr=subprocess.STDOUT,
         )
