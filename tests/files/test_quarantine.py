@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -210,3 +211,41 @@ def test_record_totals_follow_every_way_records_are_stored(
     finally:
         db.dispose()
     assert counted == total()
+
+
+def test_resubmissions_at_once_store_each_row_once(quarantine_tenant: FileTenant) -> None:
+    """Four resubmissions of one transaction at once: one takes its open rows, the others
+    find none left (409), and every row is stored once."""
+    rows = 300
+    body = "order_id,amount,quantity\n" + "".join(f"Q-{n},1,1.5\n" for n in range(rows))
+    first = quarantine_tenant.upload(body)["transaction_id"]
+    loose = {**SCHEMA, "properties": {**SCHEMA["properties"], "quantity": {"type": "number"}}}
+    response = quarantine_tenant.client.put(
+        f"/admin/v1/clients/{quarantine_tenant.client_id}/datasets/orders/schema",
+        json={"schema": loose},
+        headers=quarantine_tenant.admin,
+    )
+    assert response.status_code == 200, response.text
+    start = threading.Barrier(4)
+    answers: list[int] = []
+
+    def submit() -> None:
+        start.wait()
+        answers.append(
+            quarantine_tenant.client.post(
+                f"/platform/v1/transactions/{first}/resubmit", headers=quarantine_tenant.headers
+            ).status_code
+        )
+
+    threads = [threading.Thread(target=submit) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(answers) == [201, 409, 409, 409]
+    page = quarantine_tenant.client.get(
+        "/platform/v1/data",
+        params={"client_id": quarantine_tenant.client_id, "dataset_id": "orders"},
+        headers=quarantine_tenant.headers,
+    ).json()
+    assert page["total_entries"] == rows  # none twice

@@ -51,7 +51,9 @@ def resubmit(
     new_id = uuid.uuid4()
     now = utcnow_ms()
     with db.begin() as connection:
-        target = ingestion.file_target(connection, transaction_id)
+        # resubmissions of one transaction take turns: a second finds the rows the first
+        # resolved or moved, not the rows it read (PostgreSQL; SQLite has one writer)
+        target = ingestion.file_target(connection, transaction_id, lock=True)
         check = target.check
         tally = Tally()
         after = 0

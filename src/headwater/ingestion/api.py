@@ -155,9 +155,13 @@ class FileTarget:
     ingested_at: datetime
 
 
-def file_target(connection: Connection, transaction_id: uuid.UUID) -> FileTarget:
-    """The file transaction's dataset as it is now."""
-    row = connection.execute(
+def file_target(
+    connection: Connection, transaction_id: uuid.UUID, *, lock: bool = False
+) -> FileTarget:
+    """The file transaction's dataset as it is now. `lock`: the transaction's row stays
+    locked until the caller's commit, so that two callers (two resubmissions of its
+    quarantined rows) take their turns."""
+    statement = (
         select(
             Transaction.company_id,
             Dataset.id,
@@ -166,7 +170,10 @@ def file_target(connection: Connection, transaction_id: uuid.UUID) -> FileTarget
         )
         .join(Dataset, Dataset.id == Transaction.dataset_pk)
         .where(Transaction.id == transaction_id, Transaction.kind == "file")
-    ).one()
+    )
+    if lock:
+        statement = statement.with_for_update(of=Transaction, key_share=True)
+    row = connection.execute(statement).one()
     return FileTarget(
         transaction_id=transaction_id,
         company_id=row.company_id,
