@@ -245,22 +245,35 @@ def claim(
         )
         if not picked:
             return []
-        endpoints = {
-            row.id: row
-            for row in connection.execute(
-                select(WebhookEndpoint).where(
-                    WebhookEndpoint.id.in_({row.endpoint_id for row in picked})
-                )
+        return _claimed(connection, box, picked, until=until, now=now)
+
+
+def _claimed(
+    connection: Connection,
+    box: SecretBox,
+    picked: Sequence[Any],
+    *,
+    until: datetime,
+    now: datetime,
+) -> list[Claimed]:
+    """The leased deliveries, each with its event's body and its endpoint's URL and
+    secrets, read in the lease's transaction."""
+    endpoints = {
+        row.id: row
+        for row in connection.execute(
+            select(WebhookEndpoint).where(
+                WebhookEndpoint.id.in_({row.endpoint_id for row in picked})
             )
-        }
-        events = connection.execute(
-            select(Event.__table__).where(Event.seq.in_({row.event_seq for row in picked}))
-        ).all()
-        bodies = {
-            event.seq: orjson.dumps(json)
-            for event, json in zip(events, render(connection, events), strict=True)
-        }
-        ids = {event.seq: str(event.id) for event in events}
+        )
+    }
+    events = connection.execute(
+        select(Event.__table__).where(Event.seq.in_({row.event_seq for row in picked}))
+    ).all()
+    bodies = {
+        event.seq: orjson.dumps(json)
+        for event, json in zip(events, render(connection, events), strict=True)
+    }
+    ids = {event.seq: str(event.id) for event in events}
     return [
         Claimed(
             delivery_id=row.id,
