@@ -86,6 +86,13 @@ def _events(tenant: DataTenant, transaction_id: uuid.UUID) -> list[str]:
     return [e.type for e in rows if e.transaction_id == transaction_id]
 
 
+def _event_as_written(tenant: DataTenant, transaction_id: uuid.UUID) -> dict[str, Any]:
+    """The columns of the transaction's one event, as `lifecycle.finished` names them."""
+    with _db(tenant).read_session() as session:
+        [row] = session.scalars(select(Event).where(Event.transaction_id == transaction_id))
+        return {key: getattr(row, key) for key in ("type", "company_id", "created_at", "data")}
+
+
 def _write(tenant: DataTenant, sink: sinks.RecordSink, *args: Any) -> None:
     with _db(tenant).begin() as connection:
         sink.store(connection, *args)
@@ -110,6 +117,11 @@ def test_store_writes_transactions_events_records_and_counts(
         assert _events(data_tenant, transaction["id"]) == ["transaction.completed"]
     assert data_tenant.records(transaction_id=str(rejected["id"])) == []
     assert _events(data_tenant, rejected["id"]) == ["transaction.rejected"]
+    # one event maker: whatever the sink writes (SQL on PostgreSQL's), `finished` would
+    for transaction in [*done, rejected]:
+        made = lifecycle.finished(transaction)
+        expected = {key: made[key] for key in ("type", "company_id", "created_at", "data")}
+        assert _event_as_written(data_tenant, transaction["id"]) == expected
     # the kept count (the records page's total without a filter) counts all of them
     page = data_tenant.client.get(
         "/platform/v1/data",
