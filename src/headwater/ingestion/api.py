@@ -229,9 +229,10 @@ def check_table(
     return check.table(compiled, header, rows)
 
 
-def stage_begin(connection: Connection, target: FileTarget) -> None:
-    """The file's records are hidden from here on, until `publish` (`ingestion.staging`)."""
-    staging.begin(connection, target.transaction_id, target.dataset_pk)
+def stage_begin(connection: Connection, target: FileTarget) -> bool:
+    """The file's records are hidden from here on, until `publish` (`ingestion.staging`);
+    whether an earlier run had begun (what it stored is the caller's to `discard`)."""
+    return staging.begin(connection, target.transaction_id, target.dataset_pk)
 
 
 def stage_rows(

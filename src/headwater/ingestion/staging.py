@@ -35,13 +35,16 @@ from headwater.kit.clock import utcnow_ms
 DISCARD_BATCH = 5000
 
 
-def begin(connection: Connection, transaction_id: uuid.UUID, dataset_pk: uuid.UUID) -> None:
-    """Mark the transaction staged (again, if a run before this one marked it)."""
-    connection.execute(
+def begin(connection: Connection, transaction_id: uuid.UUID, dataset_pk: uuid.UUID) -> bool:
+    """Mark the transaction staged; whether a run before this one had marked it (and may
+    have left rows behind: nothing is stored under a transaction before it is marked)."""
+    marked = connection.execute(
         dialect_insert(connection.dialect)(StagedTransaction)
         .values(transaction_id=transaction_id, dataset_pk=dataset_pk, created_at=utcnow_ms())
         .on_conflict_do_nothing(index_elements=["transaction_id"])
-    )
+        .returning(StagedTransaction.transaction_id)  # no row: it was marked already
+    ).first()
+    return marked is None
 
 
 def stage(connection: Connection, batch: sinks.RecordBatch) -> None:
