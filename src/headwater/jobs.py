@@ -224,29 +224,51 @@ def lease(
     return rows, until
 
 
+def _still_leased(queue: Due, ids: Sequence[Any], until: datetime) -> Any:
+    """The condition the jobs `ids`, leased until `until`, are still under that lease."""
+    return and_(queue.model.id.in_(ids), queue.state == queue.pending, queue.leased == until)
+
+
+def _by_lease(leases: Sequence[tuple[Any, datetime]]) -> list[tuple[datetime, list[Any]]]:
+    """(job, lease's end) pairs grouped by the lease's end, in order."""
+    grouped: dict[datetime, list[Any]] = {}
+    for job_id, until in leases:
+        grouped.setdefault(until, []).append(job_id)
+    return sorted(grouped.items())
+
+
+def held(connection: Connection, queue: Due, leases: Sequence[tuple[Any, datetime]]) -> set[Any]:
+    """Which of the jobs (each with its lease's end) are still under that lease, their
+    rows locked until the caller's commit (the caller then writes each outcome, clearing
+    `leased`); in id order, so two callers never wait for each other round a loop."""
+    found: set[Any] = set()
+    for until, ids in _by_lease(leases):
+        found.update(
+            connection.execute(
+                select(queue.model.id)
+                .where(_still_leased(queue, ids, until))
+                .order_by(queue.model.id)
+                .with_for_update()
+            ).scalars()
+        )
+    return found
+
+
 def holds(connection: Connection, queue: Due, job_id: Any, until: datetime) -> bool:
-    """Whether the lease ending `until` on the job still holds, locking its row until
-    the caller's commit (the caller then writes the outcome, clearing `leased`)."""
-    held = connection.execute(
-        select(queue.model.id)
-        .where(queue.model.id == job_id, queue.state == queue.pending, queue.leased == until)
-        .with_for_update()
-    ).one_or_none()
-    return held is not None
+    """Whether the lease ending `until` on the job still holds (`held`, for one job)."""
+    return job_id in held(connection, queue, [(job_id, until)])
 
 
-def hand_back(db: Database, queue: Due, jobs: Sequence[tuple[Any, datetime]]) -> None:
+def hand_back(db: Database, queue: Due, leases: Sequence[tuple[Any, datetime]]) -> None:
     """Jobs (with their leases' ends) this process will not attempt after all, as it
     stops: due again at once, for any worker."""
-    if not jobs:
+    if not leases:
         return
     now = utcnow_ms()
     with db.begin() as connection:
-        for job_id, until in jobs:
+        for until, ids in _by_lease(leases):
             connection.execute(
                 update(queue.model)
-                .where(
-                    queue.model.id == job_id, queue.state == queue.pending, queue.leased == until
-                )
+                .where(_still_leased(queue, ids, until))
                 .values({queue.due: now, queue.leased: None})
             )

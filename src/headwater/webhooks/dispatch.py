@@ -217,12 +217,10 @@ def claim(
         ):
             return []
     with db.begin() as connection:
-        # endpoints whose slots are all taken, by any process (their leases are the
-        # entries of a partial index: few)
+        # endpoints whose slots are all taken, by any process
         full = (
-            select(WebhookDelivery.endpoint_id)
-            .where(WebhookDelivery.leased_until > now)
-            .group_by(WebhookDelivery.endpoint_id)
+            _attempting(now)
+            .with_only_columns(WebhookDelivery.endpoint_id)
             .having(func.count() >= per_endpoint)
         )
         picked, until = jobs.lease(
@@ -289,6 +287,16 @@ def _claimed(
     ]
 
 
+def _attempting(now: datetime) -> Select[Any, Any]:
+    """Each endpoint's deliveries being attempted at `now`, by any process: (endpoint,
+    how many), from their unexpired leases (the entries of a partial index: few)."""
+    return (
+        select(WebhookDelivery.endpoint_id, func.count())
+        .where(WebhookDelivery.leased_until > now)
+        .group_by(WebhookDelivery.endpoint_id)
+    )
+
+
 def _within_slots(
     connection: Connection, candidates: Sequence[Any], *, per_endpoint: int, now: datetime
 ) -> list[Any]:
@@ -307,11 +315,7 @@ def _within_slots(
         ).scalars()
     )
     taken: dict[uuid.UUID, int] = dict(
-        connection.execute(
-            select(WebhookDelivery.endpoint_id, func.count())
-            .where(WebhookDelivery.endpoint_id.in_(mine), WebhookDelivery.leased_until > now)
-            .group_by(WebhookDelivery.endpoint_id)
-        ).all()
+        connection.execute(_attempting(now).where(WebhookDelivery.endpoint_id.in_(mine))).all()
     )
     picked = []
     for row in candidates:
@@ -381,23 +385,9 @@ def record(
     with db.begin() as connection:
         # the deliveries whose leases still hold, locked (a delete or replay running
         # now waits for this transaction; one that ran first ended the lease)
-        leases: dict[datetime, list[int]] = {}
-        for claimed, _ in done:
-            leases.setdefault(claimed.until, []).append(claimed.delivery_id)
-        still: set[int] = set()
-        for until, ids in sorted(leases.items()):
-            still.update(
-                connection.execute(
-                    select(WebhookDelivery.id)
-                    .where(
-                        WebhookDelivery.id.in_(ids),
-                        WebhookDelivery.status == "pending",
-                        WebhookDelivery.leased_until == until,
-                    )
-                    .order_by(WebhookDelivery.id)
-                    .with_for_update()
-                ).scalars()
-            )
+        still = jobs.held(
+            connection, DELIVERIES, [(claimed.delivery_id, claimed.until) for claimed, _ in done]
+        )
         moves, attempts = [], []
         succeeded: set[uuid.UUID] = set()
         failed: dict[uuid.UUID, datetime] = {}
