@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +56,30 @@ def same_database(data_dir: Path, database_url: str | None) -> dict[str, str]:
     if database_url:
         env["HEADWATER_DATABASE_URL"] = database_url
     return env
+
+
+def claimed_together(code: str, argvs: Sequence[Sequence[str]], env: dict[str, str]) -> list[str]:
+    """Run the script `code` in one process per argument list, all on `env` (`process_env`)
+    and starting together: each is given a start time (1.5 s ahead) as its last argument,
+    waits for it, claims what it can and prints what it took, comma-separated. Everything
+    they took, once every process has exited 0."""
+    start = str(time.time() + 1.5)
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, *argv, start],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for argv in argvs
+    ]
+    taken: list[str] = []
+    for process in running:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        taken += [item for item in out.strip().split(",") if item]
+    return taken
 
 
 class ServerProcess:

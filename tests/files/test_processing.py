@@ -196,12 +196,7 @@ def test_files_are_stored_with_the_current_schema_version(file_tenant: FileTenan
     from tests.ingestion.conftest import SCHEMA
 
     schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "note": {"type": "string"}}}
-    response = file_tenant.client.put(
-        f"/admin/v1/clients/{file_tenant.client_id}/datasets/orders/schema",
-        json={"schema": schema},
-        headers=file_tenant.admin,
-    )
-    assert response.status_code == 200, response.text
+    file_tenant.add_schema_version(schema)
     transaction = file_tenant.upload("order_id,amount,note\nV-1,1,hi\n")
     assert transaction["schema_version"] == 2
     assert file_tenant.records()[0]["schema_version"] == 2

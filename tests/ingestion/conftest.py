@@ -79,6 +79,16 @@ class DataTenant:
         body = self.envelope(data) | envelope
         return self.client.post("/platform/v1/data/json", json=body, headers=headers)
 
+    def add_schema_version(self, schema: dict[str, Any]) -> Any:
+        """The operator adds a version of the `orders` schema (it must be accepted)."""
+        response = self.client.put(
+            f"/admin/v1/clients/{self.client_id}/datasets/orders/schema",
+            json={"schema": schema},
+            headers=self.admin,
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
     def records(self, **params: Any) -> list[dict[str, Any]]:
         query = {"client_id": self.client_id, "dataset_id": "orders", "page_size": 100} | params
         response = self.client.get("/platform/v1/data", params=query, headers=self.headers)

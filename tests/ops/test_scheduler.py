@@ -4,8 +4,6 @@ processes run the schedule; a job kept per process runs in each."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 import uuid
 from typing import Any
@@ -17,7 +15,7 @@ from starlette.testclient import TestClient
 from headwater import scheduler, worker
 from headwater.config import Settings
 from headwater.runtime import Runtime
-from tests.http_server import process_env, same_database
+from tests.http_server import claimed_together, process_env, same_database
 
 CLAIMER = """
 import sys, time
@@ -25,10 +23,9 @@ from headwater.config import Settings
 from headwater.db import Database
 from headwater import scheduler
 db = Database(Settings())
-names = sys.argv[1].split(",")
-start = float(sys.argv[2])
+names, owner, start = sys.argv[1].split(","), sys.argv[2], float(sys.argv[3])
 time.sleep(max(0.0, start - time.time()))  # every process starts together
-won = [name for name in names if scheduler.claim(db, name, every=3600, owner=sys.argv[3])]
+won = [name for name in names if scheduler.claim(db, name, every=3600, owner=owner)]
 print(",".join(won))
 """
 
@@ -69,27 +66,10 @@ def test_worker_processes_take_each_period_once(
     """Separate processes (as `serve --workers N` and `headwater worker` run), started
     together, claim 30 jobs: each job is taken by exactly one of them. (`client` made
     the database's tables.)"""
-    import time
-
     names = [f"proc-{uuid.uuid4().hex[:8]}" for _ in range(30)]
     env = process_env(same_database(settings.data_dir, settings.database_url))
-    start = time.time() + 1.5
-    running = [
-        subprocess.Popen(
-            [sys.executable, "-c", CLAIMER, ",".join(names), str(start), f"p{i}"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(processes)
-    ]
-    won: list[str] = []
-    for process in running:
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == 0, err
-        won += [name for name in out.strip().split(",") if name]
-    assert sorted(won) == sorted(names)
+    argvs = [[",".join(names), f"p{i}"] for i in range(processes)]
+    assert sorted(claimed_together(CLAIMER, argvs, env)) == sorted(names)
 
 
 def test_a_schedule_runs_a_shared_job_once_a_period_and_a_local_one_in_each(

@@ -7,10 +7,7 @@ processes."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +27,7 @@ from headwater.runtime import Runtime
 from headwater.webhooks import dispatch
 from headwater.webhooks.models import WebhookDelivery
 from tests.factories import create_company
-from tests.http_server import process_env, same_database
+from tests.http_server import claimed_together, process_env, same_database
 from tests.webhooks.conftest import HookTenant
 
 MakeClient = Callable[..., TestClient]
@@ -229,23 +226,8 @@ def test_claimer_processes_never_lease_one_job(
 ) -> None:
     made = user.make(24)
     env = process_env(same_database(settings.data_dir, settings.database_url))
-    start = time.time() + 1.5
     ids = ",".join(str(job_id) for job_id in made)
-    running = [
-        subprocess.Popen(
-            [sys.executable, "-c", CLAIMER, user.name, ids, str(start)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(processes)
-    ]
-    taken: list[str] = []
-    for process in running:
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == 0, err
-        taken += [job for job in out.strip().split(",") if job]
+    taken = claimed_together(CLAIMER, [[user.name, ids]] * processes, env)
     assert sorted(taken) == sorted(str(job_id) for job_id in made)
 
 

@@ -5,8 +5,6 @@ a job past its attempts fails for good. On threads, and on 2 and 4 processes."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -27,7 +25,7 @@ from headwater.files.models import DONE, FileJob, FileUpload
 from headwater.runtime import Runtime
 from tests.downstream.conftest import FeedTenant
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows
-from tests.http_server import process_env, same_database
+from tests.http_server import claimed_together, process_env, same_database
 
 
 @dataclass
@@ -216,23 +214,9 @@ def test_claimer_processes_never_hold_one_job(
 ) -> None:
     made = {user.make() for _ in range(12)}
     env = process_env(same_database(settings.data_dir, settings.database_url))
-    start = time.time() + 1.5
-    running = [
-        subprocess.Popen(
-            [sys.executable, "-c", CLAIMER, user.name, user.bucket, f"p{i}", str(start)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(processes)
-    ]
-    taken: list[uuid.UUID] = []
-    for process in running:
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == 0, err
-        taken += [uuid.UUID(job) for job in out.strip().split(",") if job]
-    assert sorted(taken) == sorted(made)
+    argvs = [[user.name, user.bucket, f"p{i}"] for i in range(processes)]
+    taken = claimed_together(CLAIMER, argvs, env)
+    assert sorted(uuid.UUID(job) for job in taken) == sorted(made)
 
 
 def test_a_dead_claimers_job_is_taken_over_after_its_lease(user: User) -> None:
