@@ -5,6 +5,9 @@ shown, and the next run stores the file once."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -18,6 +21,7 @@ from sqlalchemy import func, select, text
 from starlette.testclient import TestClient
 
 from headwater import worker
+from headwater.config import Settings
 from headwater.files import processing
 from headwater.ingestion import api as ingestion_api
 from headwater.ingestion.models import Record, StagedTransaction
@@ -25,6 +29,7 @@ from headwater.runtime import Runtime
 from tests.factories import create_credential
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
 from tests.files.test_workers import job_of, shown, stored, uploaded
+from tests.http_server import process_env, same_database
 from tests.ingestion.conftest import order
 
 
@@ -142,49 +147,96 @@ def test_records_are_hidden_until_the_file_completes(
     run_worker(file_tenant.client)
     [(visible, staged_rows, feed_text)] = seen
     assert visible == (0, 0)
-    assert staged_rows == 12_000  # all committed, in short transactions
+    # all but the last batch committed, in short transactions; the last one is stored
+    # in the transaction that publishes them all
+    assert 5_000 <= staged_rows < 12_000
     assert '"data":[]' in feed_text
     assert shown(file_tenant, transaction_id) == (12_000, 12_000)
     assert _staged(runtime) == 0
 
 
-@pytest.mark.parametrize("step", ["stage_begin", "stage_rows", "publish", "finish"])
-def test_a_failure_at_any_step_shows_nothing_and_the_next_run_stores_the_file_once(
-    file_tenant: FileTenant, monkeypatch: pytest.MonkeyPatch, step: str
+# A worker that kills itself (SIGKILL: nothing of it runs after) at `step`: inside the
+# transaction that reads the job ("read"), or stages the first batch ("stage"), or ends
+# the file ("end"), each before its commit; or once its first batch ("staged") or the
+# whole file ("ended") committed. Arguments: the step, then the file's transaction id.
+KILLED_AT = """
+import os, signal, sys
+from headwater import worker
+from headwater.config import Settings
+from headwater.files import processing
+from headwater.runtime import build_runtime
+
+step = sys.argv[1]
+processing.HOLD_SECONDS = 0.0  # every batch commits (PostgreSQL would hold several)
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def after(owner, name, inside=None):
+    real = getattr(owner, name)
+    def killing(*args, **kwargs):
+        if inside is not None:
+            inside(*args, **kwargs)
+            die()
+        result = real(*args, **kwargs)
+        die()
+    setattr(owner, name, killing)
+
+if step == "read":
+    after(processing.ingestion, "stage_begun", processing.ingestion.stage_begun)
+elif step == "stage":
+    after(processing.ingestion, "stage_rows", processing.ingestion.stage_rows)
+elif step == "staged":
+    after(processing._Stager, "commit")
+elif step == "end":
+    after(processing.ingestion, "finish", processing.ingestion.finish)
+elif step == "ended":
+    after(processing._Stager, "end")
+worker.process_one(build_runtime(Settings()), "doomed")
+sys.exit(3)  # never reached: the process died at its step
+"""
+
+
+@pytest.mark.parametrize("step", ["read", "stage", "staged", "end", "ended"])
+def test_a_worker_killed_at_any_step_shows_nothing_or_everything_once(
+    file_tenant: FileTenant,
+    settings: Settings,
+    make_client: Callable[..., TestClient],
+    monkeypatch: pytest.MonkeyPatch,
+    step: str,
 ) -> None:
-    """A step that raises (as a crash would stop it) rolls back its own short
-    transaction; what earlier steps committed stays hidden, and the job's next attempt
-    removes it and stores the file once."""
+    """A worker process killed (SIGKILL) inside or between any of a file's short
+    transactions leaves its records hidden, or (killed after the last) the file
+    completed; a fresh worker takes the job over and the file is stored once."""
     runtime = _runtime(file_tenant.client)
-    run_worker(file_tenant.client)
-    transaction_id = uploaded(file_tenant, 9_000)
-    real = getattr(processing.ingestion, step)
-    calls = {"n": 0}
-
-    def failing(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == (2 if step == "stage_rows" else 1):
-            raise RuntimeError(f"crash in {step}")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(processing, "HOLD_SECONDS", 0.0)
-    monkeypatch.setattr(processing.ingestion, step, failing)
-    settings = worker.job_settings(runtime.settings)
-    job_id = processing.claim_next(runtime.db, worker="w1", bucket="", settings=settings)
-    assert job_id is not None
-    with pytest.raises(RuntimeError, match="crash"):
-        processing.run_job(runtime.db, runtime.store, job_id, worker="w1", settings=settings)
-    assert file_tenant.transaction(transaction_id)["status"] == "processing"
-    assert shown(file_tenant, transaction_id) == (0, 0)
-    processing.release(runtime.db, job_id, worker="w1")
-    monkeypatch.setattr(processing.ingestion, step, real)
-    assert run_worker(file_tenant.client) == 1
+    run_worker(file_tenant.client)  # an empty queue to start from
+    rows = 9_000
+    transaction_id = uploaded(file_tenant, rows)
+    env = process_env(
+        same_database(settings.data_dir, settings.database_url)
+        | {"HEADWATER_FILE_BATCH_ROWS": "1000", "HEADWATER_LOG_LEVEL": "WARNING"}
+    )
+    doomed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT, step], env=env, capture_output=True, timeout=120
+    )
+    assert doomed.returncode == -signal.SIGKILL, doomed.stderr.decode()
+    if step == "ended":
+        assert file_tenant.transaction(transaction_id)["status"] == "completed"
+    else:
+        assert file_tenant.transaction(transaction_id)["status"] == "processing"
+        assert shown(file_tenant, transaction_id) == (0, 0)
+        assert (stored(runtime, transaction_id)[0] > 0) == (step in ("staged", "end"))
+        fresh = make_client(file_job_stale_seconds=0.2)
+        deadline = time.monotonic() + 30
+        while not run_worker(fresh):  # once the dead worker's claim is stale
+            assert time.monotonic() < deadline, "the job was never taken over"
+            time.sleep(0.2)
+        assert job_of(runtime, transaction_id) == ("done", 2, "test-worker")
     done = file_tenant.transaction(transaction_id)
-    assert (done["status"], done["records_accepted"]) == ("completed", 9_000)
-    assert stored(runtime, transaction_id) == (9_000, 9_000)
-    assert shown(file_tenant, transaction_id) == (9_000, 9_000)
+    assert (done["status"], done["records_accepted"]) == ("completed", rows)
+    assert stored(runtime, transaction_id) == (rows, rows)
+    assert shown(file_tenant, transaction_id) == (rows, rows)
     assert _staged(runtime) == 0
-    assert job_of(runtime, transaction_id)[:2] == ("done", 2)
 
 
 def test_a_worker_whose_job_was_taken_over_stops_and_the_file_is_stored_once(
@@ -250,7 +302,7 @@ def test_staged_records_of_a_file_that_failed_for_good_are_swept(
     # the next claim finds the job past its attempts: the transaction fails
     assert processing.claim_next(runtime.db, worker="w", bucket="", settings=one) is None
     assert file_tenant.transaction(transaction_id)["status"] == "failed"
-    assert stored(runtime, transaction_id)[0] == 6_000  # staged, hidden
+    assert 5_000 <= stored(runtime, transaction_id)[0] < 6_000  # staged, hidden
     assert shown(file_tenant, transaction_id) == (0, 0)
     asyncio.run(worker.sweep_staged(runtime))
     assert stored(runtime, transaction_id)[0] == 0
@@ -277,3 +329,30 @@ def test_on_postgresql_a_file_commits_in_several_database_transactions(
             )
         )
     assert transactions is not None and transactions >= 4  # 20,000 rows, 5,000 a batch
+
+
+def test_on_postgresql_a_file_of_one_batch_is_stored_and_shown_in_one_transaction(
+    file_tenant: FileTenant, backend: str
+) -> None:
+    """A small file (one batch) is never staged: its records are stored in the database
+    transaction that completes it (the records' `xmin` is the transaction row's)."""
+    if backend != "postgresql":
+        pytest.skip("xmin is PostgreSQL's")
+    runtime = _runtime(file_tenant.client)
+    run_worker(file_tenant.client)
+    transaction_id = uploaded(file_tenant, 300)
+    run_worker(file_tenant.client)
+    assert shown(file_tenant, transaction_id) == (300, 300)
+    with runtime.db.read_connection() as connection:
+        xmins = (
+            connection.execute(
+                text(
+                    "SELECT DISTINCT xmin::text FROM records WHERE transaction_id = :t"
+                    " UNION ALL SELECT xmin::text FROM transactions WHERE id = :t"
+                ),
+                {"t": uuid.UUID(transaction_id)},
+            )
+            .scalars()
+            .all()
+        )
+    assert len(xmins) == 2 and xmins[0] == xmins[1], xmins

@@ -217,10 +217,11 @@ def run_job(
     `Interrupted` (nothing shown) once `stop` is set.
 
     Every step is a short database transaction (contract section 10): the records are
-    staged a batch at a time, hidden (`ingestion.stage_rows`), and shown with the
-    transaction's final status in the last one. Each step first renews the claim
-    (`_own`); a crash between steps leaves the records hidden, and the next run removes
-    them before it starts."""
+    staged a batch at a time, hidden (`ingestion.stage_rows`), and the last batch stored
+    and all shown with the transaction's final status in the last one (a file of one
+    batch takes that one only). Each step first renews the claim (`_own`); a crash
+    between steps leaves the records hidden, and the next run removes them before it
+    starts."""
     with db.begin() as connection:
         _relaxed(connection)
         if not _own(connection, job_id, worker):
@@ -236,7 +237,7 @@ def run_job(
             .where(FileJob.id == job_id)
         ).one()
         target = ingestion.file_target(connection, upload.transaction_id)
-        earlier = ingestion.stage_begin(connection, target)
+        earlier = ingestion.stage_begun(connection, target)
     if earlier:  # a run before this one died: what it stored goes first
         _discard(db, target.transaction_id)
     try:
@@ -250,6 +251,7 @@ def run_job(
         return True
     stager = _Stager(db, target, lambda c: _own(c, job_id, worker))
     file = _File(stager, target, batch_rows=settings.batch_rows)
+
     try:
         with stream:
             rows = parsers.rows(
@@ -260,29 +262,15 @@ def run_job(
                 max_expanded=settings.max_expanded,
             )
             outcome = file.process(_watched(rows, stop=stop, tick=file.tick))
+        if outcome != ingestion.Status.COMPLETED:
+            _discard(db, target.transaction_id)
+        stager.end(
+            (file.records, file.held, None),
+            lambda connection: _end(connection, job_id, target, file.tally, outcome),
+        )
     except Lost:
         log.warning("file job taken over by another worker", job=str(job_id))
         return False
-    if outcome != ingestion.Status.COMPLETED:
-        _discard(db, target.transaction_id)
-    now = utcnow_ms()
-    with db.begin() as connection:
-        if not _own(connection, job_id, worker):
-            return False
-        if outcome == ingestion.Status.COMPLETED:
-            ingestion.publish(connection, target, file.tally.accepted)
-        else:
-            ingestion.stage_end(connection, target.transaction_id)
-        ingestion.finish(
-            connection,
-            target.transaction_id,
-            outcome,
-            schema_version=target.version,
-            completed_at=now,
-            records_processed=file.tally.received,
-            **file.tally.columns(),
-        )
-        _finish(connection, job_id, now=now)
     log.info(
         "file processed",
         transaction_id=str(target.transaction_id),
@@ -292,6 +280,32 @@ def run_job(
         rejected=file.tally.errors.records,
     )
     return True
+
+
+def _end(
+    connection: Connection,
+    job_id: uuid.UUID,
+    target: ingestion.FileTarget,
+    tally: Tally,
+    outcome: ingestion.Status,
+) -> None:
+    """The file's transaction ends `outcome`, its records shown if it completed, and its
+    job is done."""
+    now = utcnow_ms()
+    if outcome == ingestion.Status.COMPLETED:
+        ingestion.publish(connection, target, tally.accepted)
+    else:
+        ingestion.stage_end(connection, target.transaction_id)
+    ingestion.finish(
+        connection,
+        target.transaction_id,
+        outcome,
+        schema_version=target.version,
+        completed_at=now,
+        records_processed=tally.received,
+        **tally.columns(),
+    )
+    _finish(connection, job_id, now=now)
 
 
 def _discard(db: Database, transaction_id: uuid.UUID) -> None:
@@ -337,7 +351,8 @@ class _Stager:
     transactions: each renews the job's claim first (`own`; `Lost` if it is gone), and
     commits once it has been open `hold` seconds. SQLite has one writer: there every batch
     commits, and before the next one begins, writers waiting for the lock go first
-    (`Database.give_way`)."""
+    (`Database.give_way`). The file's last batch and its end share one transaction
+    (`end`): the one still open, if any."""
 
     def __init__(
         self, db: Database, target: ingestion.FileTarget, own: Callable[[Connection], bool]
@@ -348,18 +363,40 @@ class _Stager:
         self.hold = 0.0 if db.engine.dialect.name == "sqlite" else HOLD_SECONDS
         self._connection: Connection | None = None
         self._began = 0.0
+        self._marked = False
 
     def write(self, batch: Batch) -> None:
-        records, held, processed = batch
+        """Stage a batch, hidden, committed before the file ends."""
         connection = self._open()
+        if not self._marked and (batch[0] or batch[1]):
+            ingestion.stage_begin(connection, self.target)
+            self._marked = True
+        self._store(connection, batch)
+        if time.monotonic() - self._began >= self.hold:
+            self.commit()
+
+    def end(self, batch: Batch, then: Callable[[Connection], None]) -> None:
+        """Store the file's last batch and run `then` (which ends the file) in one
+        database transaction, committed durably: a batch in it is never hidden."""
+        connection = self._open()
+        try:
+            self._store(connection, batch)
+            if connection.dialect.name == "postgresql":  # `_relaxed` no more
+                connection.exec_driver_sql("SET LOCAL synchronous_commit = on")
+            then(connection)
+        except BaseException:
+            self.close(commit=False)
+            raise
+        self.close(commit=True)
+
+    def _store(self, connection: Connection, batch: Batch) -> None:
+        records, held, processed = batch
         if records:
             ingestion.stage_rows(connection, self.target, records)
         if held:
             connection.execute(insert(QuarantinedRow), held)
         if processed is not None:
             ingestion.progress(connection, self.target.transaction_id, processed)
-        if time.monotonic() - self._began >= self.hold:
-            self.commit()
 
     def _open(self) -> Connection:
         if self._connection is None:
@@ -414,31 +451,31 @@ class _File:
 
     def process(self, rows: Any) -> ingestion.Status:
         """Stage every valid row (in batches) and handle the invalid ones by the dataset's
-        policy; answers the transaction's status. A rejected file's staged rows are the
-        caller's to discard.
+        policy; answers the transaction's status. The last batch (`records`, `held`) is
+        left to the caller, to store as it ends the file; a rejected file has none, and
+        its staged rows are the caller's to discard.
 
         Batches are written by a second thread while this one parses the next: the
         database's work and the parsing overlap (the driver releases the GIL while it
         waits for the server).
         """
         stager = self.stager
-        writer = self.writer = _Writer(stager.write, done=stager.commit)
+        writer = self.writer = _Writer(stager.write)
         try:
             outcome = self._rows(rows, writer)
             writer.close()
         except parsers.FileUnreadable as exc:
             writer.close(discard=True)
-            stager.close(commit=False)
-            tally = self.tally
-            tally.accepted = 0
-            tally.errors.first(file_error(tally.received, exc.line, exc.message))
-            return ingestion.Status.REJECTED
+            self.tally.errors.first(file_error(self.tally.received, exc.line, exc.message))
+            outcome = ingestion.Status.REJECTED
         except BaseException:
             writer.close(discard=True)
             stager.close(commit=False)
             raise
         if outcome == ingestion.Status.REJECTED:
+            stager.close(commit=False)
             self.tally.accepted = 0
+            self.records, self.held = [], []
         return outcome
 
     def tick(self, rows: int) -> None:
@@ -489,8 +526,7 @@ class _File:
                     self._flush(writer)
         if self.rejecting:
             return ingestion.Status.REJECTED
-        tally.accepted += len(self.records)
-        writer.put((self.records, self.held, None))
+        tally.accepted += len(self.records)  # the last batch: the caller's (`process`)
         return ingestion.Status.COMPLETED
 
     def _keep(self, records: list[dict[str, Any]], writer: _Writer) -> None:
@@ -543,13 +579,12 @@ class _File:
 
 
 class _Writer:
-    """One thread that runs `write` on each batch put to it, in order, then `done`; at
-    most two batches wait, so memory stays bounded. The first error stops it and is raised to
-    the producer at its next put, or at close."""
+    """One thread that runs `write` on each batch put to it, in order; at most two batches
+    wait, so memory stays bounded. The first error stops it and is raised to the producer
+    at its next put, or at close."""
 
-    def __init__(self, write: Callable[[Any], None], *, done: Callable[[], None]) -> None:
+    def __init__(self, write: Callable[[Any], None]) -> None:
         self._write = write
-        self._done = done
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
         self._discard = False
@@ -563,11 +598,6 @@ class _Writer:
                     self._write(item)
                 except BaseException as exc:
                     self._error = exc
-        if self._error is None and not self._discard:
-            try:
-                self._done()
-            except BaseException as exc:
-                self._error = exc
 
     def put(self, item: Any) -> None:
         if self._error is not None:

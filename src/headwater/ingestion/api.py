@@ -9,10 +9,11 @@ file's staged records in short transactions of its own. A channel's life of a fi
     transaction_id = open_file(...)            # awaiting_upload, or processing
     received(...)                              # the bytes arrived: processing
     target = file_target(connection, id)       # the dataset's current schema, compiled
-    stage_begin(connection, target)            # its records hidden from here on
-    discard(db, id)                            # what an earlier run staged, if any
+    stage_begun(connection, target)            # did an earlier run stage records?
+    discard(db, id)                            # if so, they go first
+    stage_begin(connection, target)            # with the first batch: hidden from here on
     stage_rows(connection, target, records)    # a batch a short transaction, hidden
-    publish(connection, target, accepted)      # with `finish`, in one transaction:
+    publish(connection, target, accepted)      # with the last batch and `finish`, in one
     finish(connection, id, Status.COMPLETED, **counts)   # shown at once, with the event
 """
 
@@ -70,6 +71,7 @@ __all__ = [
     "received",
     "record_finished",
     "stage_begin",
+    "stage_begun",
     "stage_end",
     "stage_rows",
     "started",
@@ -229,10 +231,16 @@ def check_table(
     return check.table(compiled, header, rows)
 
 
-def stage_begin(connection: Connection, target: FileTarget) -> bool:
-    """The file's records are hidden from here on, until `publish` (`ingestion.staging`);
-    whether an earlier run had begun (what it stored is the caller's to `discard`)."""
-    return staging.begin(connection, target.transaction_id, target.dataset_pk)
+def stage_begun(connection: Connection, target: FileTarget) -> bool:
+    """Whether an earlier run of the file staged records (the caller's to `discard`
+    before it stages its own)."""
+    return staging.begun(connection, target.transaction_id)
+
+
+def stage_begin(connection: Connection, target: FileTarget) -> None:
+    """The file's records are hidden from here on, until `publish` (`ingestion.staging`):
+    in the database transaction of its first staged batch."""
+    staging.begin(connection, target.transaction_id, target.dataset_pk)
 
 
 def stage_rows(

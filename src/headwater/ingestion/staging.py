@@ -5,16 +5,17 @@ Contract section 10: a file's records become visible together when its transacti
 completes, yet no database transaction of a file lasts long (SQLite's one writer stays
 free for other writes; PostgreSQL's vacuum is never held back). So:
 
-- `begin` marks the transaction staged (a `record_staging` row);
+- `begin` marks the transaction staged (a `record_staging` row), with its first batch;
 - `stage` stores a batch, in a short database transaction of the caller's; every read of
   records leaves out those of a staged transaction (`visible`, a probe of a table that
   holds only the files being processed);
-- `publish`, in the database transaction that completes the file, removes the mark and
-  counts the records: they appear at once, with the `completed` status;
+- `publish`, in the database transaction that completes the file (and may store its last
+  batch: a file of one batch is never marked), removes the mark and counts the records:
+  they appear at once, with the `completed` status;
 - `discard` removes a staged transaction's records in short transactions of its own: a
   file that is rejected, or run again after its worker died, starts from nothing.
 
-A crash at any step leaves the records hidden (the mark commits before the first batch)
+A crash at any step leaves the records hidden (the mark commits with the first batch)
 until the file is run again or its transaction ends without them (`sweep`).
 """
 
@@ -35,16 +36,25 @@ from headwater.kit.clock import utcnow_ms
 DISCARD_BATCH = 5000
 
 
-def begin(connection: Connection, transaction_id: uuid.UUID, dataset_pk: uuid.UUID) -> bool:
-    """Mark the transaction staged; whether a run before this one had marked it (and may
-    have left rows behind: nothing is stored under a transaction before it is marked)."""
-    marked = connection.execute(
+def begin(connection: Connection, transaction_id: uuid.UUID, dataset_pk: uuid.UUID) -> None:
+    """Mark the transaction staged, in the database transaction that stores its first
+    batch (nothing is stored under a transaction unless it is marked)."""
+    connection.execute(
         dialect_insert(connection.dialect)(StagedTransaction)
         .values(transaction_id=transaction_id, dataset_pk=dataset_pk, created_at=utcnow_ms())
         .on_conflict_do_nothing(index_elements=["transaction_id"])
-        .returning(StagedTransaction.transaction_id)  # no row: it was marked already
-    ).first()
-    return marked is None
+    )
+
+
+def begun(connection: Connection, transaction_id: uuid.UUID) -> bool:
+    """Whether the transaction is marked staged: a run before this one stored batches
+    (and died, or lost its job), to be discarded before this run stores its own."""
+    marked = connection.scalar(
+        select(StagedTransaction.transaction_id).where(
+            StagedTransaction.transaction_id == transaction_id
+        )
+    )
+    return marked is not None
 
 
 def stage(connection: Connection, batch: sinks.RecordBatch) -> None:
