@@ -40,7 +40,7 @@ from bench.common import (
     server_env,
     token,
 )
-from bench.sftp import HEADER, SCHEMA, peak_rss_mb, rows, wait_completed
+from bench.sftp import HEADER, SCHEMA, finished_after, peak_rss_mb, rows, wait_completed
 
 
 def mail(to: str, name: str, data: bytes, n: int) -> bytes:
@@ -113,7 +113,7 @@ def main() -> None:
                     f"(1) {args.clients} clients, {args.messages} messages, one "
                     f"{len(attachment) / 1e3:.0f} kB CSV of {args.rows:,} rows each"
                 )
-                started = time.perf_counter()
+                started, wall = time.perf_counter(), time.time()
                 threads = [
                     threading.Thread(target=send_all, args=(smtp.port, address, share, timings))
                     for share in shares
@@ -124,7 +124,7 @@ def main() -> None:
                     thread.join()
                 accepted = time.perf_counter() - started
                 finals = wait_completed(url, headers, args.messages, timeout=3600, channel="email")
-                elapsed = time.perf_counter() - started
+                elapsed = finished_after(finals, wall)
                 bad = [
                     t
                     for t in finals
@@ -150,13 +150,13 @@ def main() -> None:
                 big = mail(address, "big.csv", HEADER + b"".join(chunks), 10**9)
                 print(f"(2) one message with a {size / 1e6:.0f} MB CSV of {big_rows:,} rows")
                 one: list[float] = []
-                started = time.perf_counter()
+                started, wall = time.perf_counter(), time.time()
                 send_all(smtp.port, address, [big], one)
                 finals = wait_completed(
                     url, headers, args.messages + 1, timeout=3600, channel="email"
                 )
-                elapsed = time.perf_counter() - started
                 [done] = [t for t in finals if t["file_name"] == "big.csv"]
+                elapsed = finished_after([done], wall)
                 print(
                     f"    DATA {one[0] * 1e3:.0f} ms; {done['status']} with "
                     f"{done['records_accepted']:,} rows after {elapsed:.1f} s "
