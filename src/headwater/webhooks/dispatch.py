@@ -30,6 +30,7 @@ from sqlalchemy import (
     Connection,
     Insert,
     Select,
+    and_,
     bindparam,
     exists,
     func,
@@ -58,15 +59,11 @@ MIN_BATCH = 50
 
 
 def deliveries_of(
-    endpoint_id: uuid.UUID,
-    events: Select[Any, Any, Any, Any],
-    now: datetime,
-    *,
-    due: datetime | None,
+    events: Select[Any, Any, Any, Any, Any], now: datetime, *, due: datetime | None
 ) -> Insert:
-    """`INSERT ... SELECT`: a pending delivery to the endpoint, due at `due` (None: not
-    scheduled), for each event `events` selects (its columns: `seq`, `id`, `type`,
-    `created_at`)."""
+    """`INSERT ... SELECT`: a pending delivery, due at `due` (None: not scheduled), for
+    each row `events` selects (its columns: `endpoint_id`, and the event's `seq`, `id`,
+    `type`, `created_at`)."""
     chosen = events.subquery()
     return insert(WebhookDelivery).from_select(
         [
@@ -81,7 +78,7 @@ def deliveries_of(
             "created_at",
         ],
         select(
-            literal(endpoint_id, WebhookDelivery.endpoint_id.type),
+            chosen.c.endpoint_id,
             chosen.c.seq,
             chosen.c.id,
             chosen.c.type,
@@ -97,27 +94,44 @@ def deliveries_of(
 def fan_out(connection: Connection, sequenced: log.Sequenced) -> list[tuple[str, int]]:
     """Pending deliveries of the events a sequencing covered, to every enabled endpoint
     of the company that wants them and existed when they were written: one `INSERT ...
-    SELECT` per endpoint, nothing through Python. The count of events by type."""
+    SELECT` for each set of wanted types (most often one for all the endpoints; one a
+    endpoint cost 125-360 ms a sequencing at 100 endpoints, in every delivery's
+    latency), nothing through Python. The count of events by type."""
     counts = log.summary(connection, sequenced)
     types = {type_ for type_, _ in counts}
     endpoints = connection.execute(
-        select(WebhookEndpoint.id, WebhookEndpoint.event_types, WebhookEndpoint.created_at).where(
+        select(WebhookEndpoint.id, WebhookEndpoint.event_types).where(
             WebhookEndpoint.company_id == sequenced.company_id,
             WebhookEndpoint.status == "enabled",
         )
     ).all()
-    now = utcnow_ms()
+    wanting: dict[tuple[str, ...], list[uuid.UUID]] = {}
     for endpoint in endpoints:
         wanted = types if "*" in endpoint.event_types else types & set(endpoint.event_types)
-        if not wanted:
-            continue
+        if wanted:
+            wanting.setdefault(tuple(sorted(wanted)), []).append(endpoint.id)
+    now = utcnow_ms()
+    for kinds, ids in wanting.items():
         # an endpoint gets the events written since it was made (replay sends older ones)
-        events = select(Event.seq, Event.id, Event.type, Event.created_at).where(
-            sequenced.events(),
-            Event.type.in_(sorted(wanted)),
-            Event.created_at >= endpoint.created_at,
+        events = (
+            select(
+                WebhookEndpoint.id.label("endpoint_id"),
+                Event.seq,
+                Event.id,
+                Event.type,
+                Event.created_at,
+            )
+            .select_from(Event)
+            .join(
+                WebhookEndpoint,
+                and_(
+                    WebhookEndpoint.id.in_(ids),
+                    Event.created_at >= WebhookEndpoint.created_at,
+                ),
+            )
+            .where(sequenced.events(), Event.type.in_(kinds))
         )
-        connection.execute(deliveries_of(endpoint.id, events, now, due=now))
+        connection.execute(deliveries_of(events, now, due=now))
     return counts
 
 

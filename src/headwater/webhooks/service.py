@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, literal, select, update
 from sqlalchemy.orm import Session
 
 from headwater.events.models import Event
@@ -223,7 +223,13 @@ def replay(
     queued = result.rowcount  # type: ignore[attr-defined]
     if not body.only_failed:
         missing = (
-            select(Event.seq, Event.id, Event.type, Event.created_at)
+            select(
+                literal(endpoint.id, WebhookDelivery.endpoint_id.type).label("endpoint_id"),
+                Event.seq,
+                Event.id,
+                Event.type,
+                Event.created_at,
+            )
             .where(*matching)
             .where(
                 ~select(WebhookDelivery.id)
@@ -237,9 +243,7 @@ def replay(
             )
         )
         # counted from what it returns: an ORM session answers no rowcount for it
-        added = dispatch.deliveries_of(endpoint.id, missing, now, due=due).returning(
-            WebhookDelivery.id
-        )
+        added = dispatch.deliveries_of(missing, now, due=due).returning(WebhookDelivery.id)
         queued += len(session.execute(added).all())
     session.flush()
     return int(queued)
