@@ -100,6 +100,26 @@ def test_only_subscribed_types_are_sent(
     assert len(receiver.requests("/rejected")) == 1
 
 
+def test_endpoints_of_one_type_set_each_get_the_events_written_since_they_were_made(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    """Endpoints that want the same types share one fan-out statement; each still gets
+    only the events written after it was made, however the events are sequenced."""
+    worker = hooks.using(delivering)
+    early = [worker.endpoint(receiver.at(f"/early{k}"), ["transaction.completed"]) for k in (0, 1)]
+    hooks.push(1)
+    late = worker.endpoint(receiver.at("/late"), ["transaction.completed"])
+    hooks.push(2)
+    for endpoint in early:
+        hooks.wait_deliveries(endpoint["id"], lambda found: delivered(found, 2))
+    (only,) = hooks.wait_deliveries(late["id"], delivered)
+    second = {r.headers["webhook-id"] for r in receiver.requests("/early0")}
+    assert second == {r.headers["webhook-id"] for r in receiver.requests("/early1")}
+    assert len(second) == 2 and only["event_id"] in second
+    time.sleep(0.5)
+    assert len(receiver.requests("/late")) == 1
+
+
 def test_a_failed_attempt_is_retried_then_delivered(
     hooks: HookTenant, delivering: TestClient, receiver: Receiver
 ) -> None:
