@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
@@ -300,7 +301,7 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
     if for_reads:
         connect_args["options"] = CUSTOM_READS
         reads["isolation_level"] = "AUTOCOMMIT"
-    return create_engine(
+    engine = create_engine(
         url,
         # Off by default: a ping per checkout is one more round trip on every request. Without
         # it, the first query on a connection the server dropped fails (503, Retry-After)
@@ -315,6 +316,46 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
         # JSONB read back (activity states, dataset options) parsed at C speed
         json_deserializer=orjson.loads,
     )
+    timeout = settings.db_connect_timeout_seconds
+
+    def connect(dialect: Dialect, _record: Any, cargs: Any, cparams: Any) -> Any:
+        return patient(lambda: dialect.connect(*cargs, **cparams), timeout)
+
+    event.listen(engine, "do_connect", connect)
+    return engine
+
+
+# The server refuses a connection while its slots are taken (`max_connections`, or a
+# role's or a database's limit; PgBouncer's `max_client_conn`); libpq gives no SQLSTATE
+# for it, only its message.
+_SLOTS_TAKEN = (
+    "too many clients",
+    "too many connections",
+    "remaining connection slots are reserved",
+    "no more connections allowed",
+)
+# The first pause before connecting again, and the longest
+_PAUSE, _MAX_PAUSE = 0.05, 0.5
+
+
+def _slots_taken(exc: Exception) -> bool:
+    return any(message in str(exc) for message in _SLOTS_TAKEN)
+
+
+def patient(connect: Callable[[], T], timeout: float) -> T:
+    """`connect()`, tried again while the server's connection slots are all taken, for up
+    to `timeout` seconds in all: a request waits for a slot (as it waits for one of the
+    pool's) rather than fail at once; past that, the server's refusal is raised."""
+    deadline = time.monotonic() + timeout
+    pause = _PAUSE
+    while True:
+        try:
+            return connect()
+        except Exception as exc:
+            if not _slots_taken(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, _MAX_PAUSE)
 
 
 T = TypeVar("T")
@@ -441,15 +482,22 @@ class Database:
         params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
         if for_reads:
             params["options"] = GENERIC_READS if generic else CUSTOM_READS
-        try:
-            return await psycopg.AsyncConnection.connect(
-                **params,
-                connect_timeout=self._connect_timeout,
-                autocommit=True,
-                row_factory=namedtuple_row,
-            )
-        except psycopg.OperationalError as exc:
-            raise as_sqlalchemy_error(exc, broken=True) from exc
+        deadline = time.monotonic() + self._connect_timeout
+        pause = _PAUSE
+        while True:
+            try:
+                return await psycopg.AsyncConnection.connect(
+                    **params,
+                    connect_timeout=self._connect_timeout,
+                    autocommit=True,
+                    row_factory=namedtuple_row,
+                )
+            except psycopg.OperationalError as exc:
+                # the server's slots all taken: wait for one, as `patient` does
+                if not _slots_taken(exc) or time.monotonic() + pause > deadline:
+                    raise as_sqlalchemy_error(exc, broken=True) from exc
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _MAX_PAUSE)
 
     @contextmanager
     def exclusive(self, lock: int) -> Iterator[None]:

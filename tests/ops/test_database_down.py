@@ -6,14 +6,20 @@ PostgreSQL only, against a database of their own whose connections they cut and 
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
+from headwater.db import Database
 from headwater.main import create_app
 from tests.factories import (
     OPERATOR_ID,
@@ -110,3 +116,70 @@ def test_database_down_at_start_does_not_stop_the_service(tmp_path: Path) -> Non
             },
         )
         assert_problem(response, 503, "database_unavailable")
+
+
+@pytest.fixture
+def limited_role(backend: str) -> Iterator[str]:
+    """A PostgreSQL role allowed one connection at a time: its URL (the test database)."""
+    if backend != "postgresql":
+        pytest.skip("connection slots are PostgreSQL's")
+    role = f"hw_limited_{uuid.uuid4().hex[:8]}"
+    pg_admin(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+    try:
+        yield PG_ADMIN_URL.replace("postgresql://", f"postgresql://{role}@", 1)
+    finally:
+        pg_admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'")
+        pg_admin(f"DROP ROLE {role}")
+
+
+def test_a_connection_waits_for_a_free_server_slot(tmp_path: Path, limited_role: str) -> None:
+    """While the server refuses connections for want of slots ("too many connections"),
+    a new one is tried again until a slot frees, within the connect timeout, on the
+    engine's pool and on the event loop's own connections alike; past the timeout the
+    refusal is raised (and a request answers 503, as above)."""
+    held = psycopg.connect(limited_role)  # the role's one slot
+    db = Database(
+        _settings(tmp_path, limited_role).model_copy(update={"db_connect_timeout_seconds": 10})
+    )
+    answers: list[Any] = []
+
+    def query() -> None:
+        with db.engine.connect() as connection:
+            answers.append(connection.exec_driver_sql("SELECT 1").scalar())
+
+    waiting = threading.Thread(target=query)
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive() and answers == []  # refused so far, trying again
+    held.close()
+    waiting.join(timeout=10)
+    assert answers == [1]
+
+    # the event loop's connections wait the same way
+    engine_slot = db.engine.connect()  # takes the slot again (the pool had let it go)
+    engine_slot.exec_driver_sql("SELECT 1")
+
+    async def loop_connection() -> Any:
+        connection = await db.connect_async()
+        try:
+            return (await (await connection.execute("SELECT 2")).fetchone())[0]
+        finally:
+            await connection.close()
+
+    def free() -> None:
+        engine_slot.close()
+        db.engine.dispose()  # the pool lets its connection go: the slot frees
+
+    threading.Timer(0.5, free).start()
+    assert asyncio.run(loop_connection()) == 2
+
+    # never freed: the refusal, once the timeout has passed
+    hurried = Database(_settings(tmp_path, limited_role))  # 1 s
+    held = psycopg.connect(limited_role)
+    try:
+        with pytest.raises(OperationalError, match="too many connections"):
+            hurried.engine.connect()
+    finally:
+        held.close()
+        hurried.engine.dispose()
+        db.engine.dispose()
