@@ -342,20 +342,29 @@ def _slots_taken(exc: Exception) -> bool:
     return any(message in str(exc) for message in _SLOTS_TAKEN)
 
 
+def _pauses(deadline: float) -> Iterator[float]:
+    """The pauses between tries to connect while the server's slots are all taken: from
+    `_PAUSE`, doubling up to `_MAX_PAUSE`, while one ends before `deadline` (a
+    `time.monotonic()`)."""
+    pause = _PAUSE
+    while time.monotonic() + pause <= deadline:
+        yield pause
+        pause = min(pause * 2, _MAX_PAUSE)
+
+
 def patient(connect: Callable[[], T], timeout: float) -> T:
     """`connect()`, tried again while the server's connection slots are all taken, for up
     to `timeout` seconds in all: a request waits for a slot (as it waits for one of the
     pool's) rather than fail at once; past that, the server's refusal is raised."""
-    deadline = time.monotonic() + timeout
-    pause = _PAUSE
+    pauses = _pauses(time.monotonic() + timeout)
     while True:
         try:
             return connect()
         except Exception as exc:
-            if not _slots_taken(exc) or time.monotonic() + pause > deadline:
+            pause = next(pauses, None) if _slots_taken(exc) else None
+            if pause is None:
                 raise
         time.sleep(pause)
-        pause = min(pause * 2, _MAX_PAUSE)
 
 
 T = TypeVar("T")
@@ -482,8 +491,7 @@ class Database:
         params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
         if for_reads:
             params["options"] = GENERIC_READS if generic else CUSTOM_READS
-        deadline = time.monotonic() + self._connect_timeout
-        pause = _PAUSE
+        pauses = _pauses(time.monotonic() + self._connect_timeout)
         while True:
             try:
                 return await psycopg.AsyncConnection.connect(
@@ -494,10 +502,10 @@ class Database:
                 )
             except psycopg.OperationalError as exc:
                 # the server's slots all taken: wait for one, as `patient` does
-                if not _slots_taken(exc) or time.monotonic() + pause > deadline:
+                pause = next(pauses, None) if _slots_taken(exc) else None
+                if pause is None:
                     raise as_sqlalchemy_error(exc, broken=True) from exc
             await asyncio.sleep(pause)
-            pause = min(pause * 2, _MAX_PAUSE)
 
     @contextmanager
     def exclusive(self, lock: int) -> Iterator[None]:
