@@ -251,7 +251,6 @@ def run_job(
         return True
     stager = _Stager(db, target, lambda c: _own(c, job_id, worker))
     file = _File(stager, target, batch_rows=settings.batch_rows)
-
     try:
         with stream:
             rows = parsers.rows(

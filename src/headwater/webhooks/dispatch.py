@@ -94,7 +94,7 @@ def deliveries_of(
 def fan_out(connection: Connection, sequenced: log.Sequenced) -> list[tuple[str, int]]:
     """Pending deliveries of the events a sequencing covered, to every enabled endpoint
     of the company that wants them and existed when they were written: one `INSERT ...
-    SELECT` for each set of wanted types (most often one for all the endpoints; one a
+    SELECT` for each set of wanted types (most often one for all the endpoints; one an
     endpoint cost 125-360 ms a sequencing at 100 endpoints, in every delivery's
     latency), nothing through Python. The count of events by type."""
     counts = log.summary(connection, sequenced)
