@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,29 +46,89 @@ def server_env(database_url: str, **extra: str) -> dict[str, str]:
     }
 
 
-def ensure_wrk() -> str:
-    """wrk, from Debian's packages; installed here when missing and we are root."""
-    found = shutil.which("wrk")
+def ensure_tool(command: str, package: str) -> str:
+    """`command` (a name, or a path for one outside PATH), from Debian's `package`;
+    installed here when missing and we are root."""
+    found = shutil.which(command)
     if found:
         return found
     if os.geteuid() == 0:
-        subprocess.run(["apt-get", "install", "-y", "-q", "wrk"], check=False, capture_output=True)
-        if not shutil.which("wrk"):
+        install = ["apt-get", "install", "-y", "-q", package]
+        subprocess.run(install, check=False, capture_output=True)
+        if not shutil.which(command):
             subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True)
-            subprocess.run(
-                ["apt-get", "install", "-y", "-q", "wrk"], check=True, capture_output=True
-            )
-        return str(shutil.which("wrk"))
-    raise SystemExit("wrk is needed: apt-get install wrk")
+            subprocess.run(install, check=True, capture_output=True)
+        return str(shutil.which(command))
+    raise SystemExit(f"{command} is needed: apt-get install {package}")
+
+
+def ensure_wrk() -> str:
+    """wrk, from Debian's packages."""
+    return ensure_tool("wrk", "wrk")
+
+
+class ConnectionPeak:
+    """The most PostgreSQL connections the service's processes held to one database at
+    once, sampled from `pg_stat_activity` every 20 ms on a thread of its own: in all, in
+    one process, and by part of a process's budget (`application_name` says which:
+    "headwater <role> <part> <pid>", see `headwater.db.application_name`)."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self.total = 0
+        self.process = 0
+        self.parts: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> ConnectionPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            while not self._stop.wait(0.02):
+                names = [
+                    name
+                    for (name,) in admin.execute(
+                        "SELECT application_name FROM pg_stat_activity "
+                        "WHERE datname = %s AND application_name LIKE 'headwater %%'",
+                        (self.database,),
+                    )
+                ]
+                self.total = max(self.total, len(names))
+                by_pid = collections.Counter(name.rsplit(" ", 1)[1] for name in names)
+                self.process = max([self.process, *by_pid.values()])
+                by_part = collections.Counter(
+                    (name.rsplit(" ", 1)[1], name.split(" ", 1)[1].rsplit(" ", 1)[0])
+                    for name in names
+                )
+                for (_pid, part), count in by_part.items():
+                    self.parts[part] = max(self.parts.get(part, 0), count)
+
+    def report(self) -> str:
+        parts = ", ".join(f"{part} {count}" for part, count in sorted(self.parts.items()))
+        return (
+            f"PostgreSQL connections at peak (pg_stat_activity): {self.total} in all, "
+            f"{self.process} in one process (budget: 20 an API process, 10 any other); "
+            f"by part, in one process: {parts or 'none'}"
+        )
 
 
 @contextmanager
 def bench_database(name: str) -> Iterator[str]:
+    """A fresh database `name`; at the end, the service's peak connections to it."""
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+        with ConnectionPeak(name) as peak:
+            yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+        print(peak.report())
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

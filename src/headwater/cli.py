@@ -411,7 +411,7 @@ def run_worker() -> None:
     from headwater.runtime import build_runtime, start
 
     settings = get_settings()
-    runtime = build_runtime(settings)
+    runtime = build_runtime(settings, role="other")
     start(runtime)
 
     async def run() -> None:

@@ -144,6 +144,9 @@ class Settings(BaseSettings):
     worker_interval_seconds: float = Field(30.0, gt=0)
     db_connect_timeout_seconds: int = Field(3, ge=1)
     db_pre_ping: bool = False
+    # PostgreSQL connections one process holds at most (default by role: 20 for an API
+    # process, 10 for any other; see db.ROLE_CONNECTIONS)
+    db_connections: int | None = Field(None, ge=5, le=1000)
     metrics_token: SecretStr | None = None
     log_level: str = "INFO"
     log_json: bool = True

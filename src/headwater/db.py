@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
 from sqlalchemy import (
@@ -272,8 +274,48 @@ def _sqlite_begin_deferred(connection: Connection) -> None:
     connection.exec_driver_sql("BEGIN")
 
 
-def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
+# The connections a process may hold to PostgreSQL at most, by role, unless
+# HEADWATER_DB_CONNECTIONS says otherwise: an API process (`serve`, each of its
+# `--workers`, with the background jobs it runs) and any other (`worker`, `sftp`,
+# `smtp`, a CLI command). Ten API processes and ten others stay within 300.
+Role = Literal["api", "other"]
+ROLE_CONNECTIONS: dict[Role, int] = {"api": 20, "other": 10}
+# Connections of a process's share kept open while idle: the rest close when returned
+IDLE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Shares:
+    """How a process's connections to PostgreSQL are shared out: `writes` and `reads` for
+    its two engines, `loop_reads` for `Database.loop_read`, and `push_writers` for the
+    push groups' writers on the event loop (`ingestion.groups`). Only an API process
+    reads on the loop and writes push groups."""
+
+    writes: int
+    reads: int
+    loop_reads: int
+    push_writers: int
+
+    @classmethod
+    def of(cls, total: int, *, api: bool) -> Shares:
+        """`total` connections shared out; at 20 for an API process: 9 for writes, 5 for
+        reads, 4 for loop reads and 2 for push groups; at 10 for any other: 7 and 3."""
+        loop_reads, push_writers = (max(1, total // 5), 2) if api else (0, 0)
+        left = total - loop_reads - push_writers
+        reads = max(1, round(left / 3))
+        return cls(left - reads, reads, loop_reads, push_writers)
+
+    @property
+    def total(self) -> int:
+        return self.writes + self.reads + self.loop_reads + self.push_writers
+
+
+def make_engine(
+    settings: Settings, *, for_reads: bool = False, connections: int = 10, name: str = "headwater"
+) -> Engine:
     """The engine; `for_reads` gives one of its own to reads that change nothing.
+    `connections`: PostgreSQL connections it holds at most, half of them kept while idle;
+    `name`: their `application_name` (with the process id), as `pg_stat_activity` shows.
 
     SQLite: its read transactions do not take the write lock, so reads never wait for
     its one writer (a long file, say). PostgreSQL: autocommit (no BEGIN and ROLLBACK round
@@ -308,8 +350,8 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
         # and SQLAlchemy then discards the whole pool; connections are also recycled.
         pool_pre_ping=settings.db_pre_ping,
         pool_recycle=1800,
-        pool_size=10,
-        max_overflow=10,
+        pool_size=max(1, round(connections * IDLE_SHARE)),
+        max_overflow=connections - max(1, round(connections * IDLE_SHARE)),
         pool_timeout=settings.db_connect_timeout_seconds,
         connect_args=connect_args,
         **reads,
@@ -319,6 +361,7 @@ def make_engine(settings: Settings, *, for_reads: bool = False) -> Engine:
     timeout = settings.db_connect_timeout_seconds
 
     def connect(dialect: Dialect, _record: Any, cargs: Any, cparams: Any) -> Any:
+        cparams["application_name"] = application_name(name)
         return patient(lambda: dialect.connect(*cargs, **cparams), timeout)
 
     event.listen(engine, "do_connect", connect)
@@ -336,6 +379,12 @@ _SLOTS_TAKEN = (
 )
 # The first pause before connecting again, and the longest
 _PAUSE, _MAX_PAUSE = 0.05, 0.5
+
+
+def application_name(name: str) -> str:
+    """A connection's `application_name`: what holds it, and the process (its id), so
+    that `pg_stat_activity` tells an operator which process holds how many."""
+    return f"{name} {os.getpid()}"
 
 
 def _slots_taken(exc: Exception) -> bool:
@@ -369,8 +418,6 @@ def patient(connect: Callable[[], T], timeout: float) -> T:
 
 T = TypeVar("T")
 
-# Connections `Database.loop_read` has at most, per process (kept while idle).
-LOOP_READERS = 8
 # Reads: every run planned for its values (see make_engine)
 CUSTOM_READS = "-c plan_cache_mode=force_custom_plan"
 # Reads whose best plan is a range of one index, whatever the values (`loop_read`'s
@@ -393,13 +440,25 @@ GENERIC_READS = (
 class Database:
     """One engine and its session factory, owned by the app or the CLI."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, role: Role = "other") -> None:
+        """`role`: "api" for an API process, else "other" (see ROLE_CONNECTIONS)."""
         self._connect_timeout = settings.db_connect_timeout_seconds
-        self.engine = make_engine(settings)
+        self.role = role
+        self.shares = Shares.of(
+            settings.db_connections or ROLE_CONNECTIONS[role], api=role == "api"
+        )
+        self.engine = make_engine(
+            settings, connections=self.shares.writes, name=f"headwater {role} write"
+        )
         self._turns = sqlite_turns(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Reads that change nothing have an engine of their own (see make_engine).
-        self.reader = make_engine(settings, for_reads=True)
+        self.reader = make_engine(
+            settings,
+            for_reads=True,
+            connections=self.shares.reads,
+            name=f"headwater {role} read",
+        )
         self.read_sessions = sessionmaker(self.reader, expire_on_commit=False)
         # `loop_read`'s idle connections (PostgreSQL) by plan (generic or not), how many it
         # has open, and the gate that bounds how many it uses at once, made for the event
@@ -410,8 +469,9 @@ class Database:
 
     @property
     def reads_on_loop(self) -> bool:
-        """Whether `loop_read` can be used: PostgreSQL, through psycopg's asyncio driver."""
-        return self.engine.dialect.name == "postgresql"
+        """Whether `loop_read` can be used: PostgreSQL, through psycopg's asyncio driver,
+        in a process with a share of connections for it (an API process)."""
+        return self.engine.dialect.name == "postgresql" and self.shares.loop_reads > 0
 
     def give_way(self) -> None:
         """SQLite: let writers waiting for the write lock go first (`kit.turns`); a
@@ -477,18 +537,20 @@ class Database:
             yield connection
 
     async def connect_async(
-        self, *, for_reads: bool = False, generic: bool = False
+        self, *, for_reads: bool = False, generic: bool = False, name: str = "push"
     ) -> psycopg.AsyncConnection[Any]:
         """A psycopg connection of its own for code on the event loop (PostgreSQL only;
         the push groups' writers, `loop_read`): autocommit, rows as named tuples;
         `for_reads` plans every query for its values, as the read engine does, or, with
-        `generic`, a prepared statement once for any values. The caller closes it. A
-        failure to connect is raised as SQLAlchemy's, like the engine's."""
+        `generic`, a prepared statement once for any values; `name`, what it is for, in its
+        `application_name`. The caller closes it. A failure to connect is raised as
+        SQLAlchemy's, like the engine's."""
         import psycopg
         from psycopg.rows import namedtuple_row
 
         _args, params = self.engine.dialect.create_connect_args(self.engine.url)
         params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
+        params["application_name"] = application_name(f"headwater {self.role} {name}")
         if for_reads:
             params["options"] = GENERIC_READS if generic else CUSTOM_READS
         pauses = _pauses(time.monotonic() + self._connect_timeout)
@@ -547,24 +609,26 @@ class Database:
         best plan does not depend on their values: planning was most of PostgreSQL's
         work for a page of the activity search (issue 24). Otherwise every run is
         planned for its values, since a plan made for a filter that matches a few rows
-        can be slow for one that matches most. At most LOOP_READERS connections of both
-        kinds are open.
+        can be slow for one that matches most. At most `shares.loop_reads` connections of
+        both kinds are open.
         """
         import psycopg
 
         loop = asyncio.get_running_loop()
         if self._loop_gate is None or self._loop_gate[0] is not loop:
-            self._loop_gate = (loop, asyncio.Semaphore(LOOP_READERS))
+            self._loop_gate = (loop, asyncio.Semaphore(self.shares.loop_reads))
         async with self._loop_gate[1]:  # more reads at once wait for a connection
             idle = self._loop_idle[generic]
             connection = idle.pop() if idle else None
             if connection is None:
                 other = self._loop_idle[not generic]
-                if other and self._loop_open >= LOOP_READERS:  # make room: close one
+                if other and self._loop_open >= self.shares.loop_reads:  # make room: close one
                     await self._loop_close(other.pop(0))
                 self._loop_open += 1  # counted before the wait, as other reads go on
                 try:
-                    connection = await self.connect_async(for_reads=True, generic=generic)
+                    connection = await self.connect_async(
+                        for_reads=True, generic=generic, name="loop read"
+                    )
                 except BaseException:
                     self._loop_open -= 1
                     raise

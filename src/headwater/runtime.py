@@ -12,7 +12,7 @@ import structlog
 
 from headwater import migrations
 from headwater.config import Settings
-from headwater.db import Database
+from headwater.db import Database, Role
 from headwater.errors import is_unreachable
 from headwater.files.stores import Store, make_store
 from headwater.identity import keys as keyring
@@ -92,9 +92,10 @@ def secret_box(settings: Settings) -> SecretBox:
     return SecretBox(key_file_material(settings.data_dir))
 
 
-def build_runtime(settings: Settings) -> Runtime:
+def build_runtime(settings: Settings, *, role: Role = "api") -> Runtime:
+    """What a process of `role` ("api", or "other" for the worker alone) works with."""
     memory.return_large_blocks()
-    db = Database(settings)
+    db = Database(settings, role=role)
     if settings.external_idp:
         assert settings.oidc_jwks_url and settings.oidc_issuer and settings.oidc_audience
         loader = _jwks_loader(settings.oidc_jwks_url, settings.oidc_algorithms)

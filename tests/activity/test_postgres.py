@@ -20,7 +20,7 @@ from headwater.activity import service as activity
 from headwater.activity.models import ActivityEntry
 from headwater.activity.schemas import ActivitySearch
 from headwater.config import Settings
-from headwater.db import LOOP_READERS, Database
+from headwater.db import Database
 from headwater.identity.models import Company
 from headwater.kit.clock import utcnow_ms
 from tests.tenants import Tenant, record_entry
@@ -31,7 +31,7 @@ def pg(settings: Settings, backend: str, client: Any) -> Iterator[Database]:
     """The test PostgreSQL database, migrated (by the app `client` starts)."""
     if backend != "postgresql":
         pytest.skip("row locks and query plans are PostgreSQL's")
-    db = Database(settings)
+    db = Database(settings, role="api")
     yield db
     db.dispose()
 
@@ -240,7 +240,7 @@ def test_concurrent_searches_on_the_loop_open_at_most_loop_readers_connections(
 
     answers = asyncio.run(many())
     assert len(set(answers)) == 1 and json.loads(answers[0])["total_entries"] > 0
-    assert 1 <= len(opened) <= LOOP_READERS
+    assert 1 <= len(opened) <= pg.shares.loop_reads
 
 
 def test_every_shape_planned_once_has_an_index_of_its_own() -> None:
@@ -370,7 +370,7 @@ def test_loop_reads_of_both_kinds_share_loop_readers_connections(
     pg: Database, crowded: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Searches planned once and searches planned for their values, at once: each kind
-    of connection plans as it says, and both together stay within LOOP_READERS."""
+    of connection plans as it says, and both together stay within their share."""
     company = crowded[0]
     opened: list[tuple[bool, Any]] = []
     most: list[int] = [0]  # connections open at once, at most
@@ -411,18 +411,18 @@ def test_loop_reads_of_both_kinds_share_loop_readers_connections(
         mode == ("force_generic_plan" if generic else "force_custom_plan")
         for generic, mode in modes
     )
-    assert 2 <= most[0] <= LOOP_READERS
+    assert 2 <= most[0] <= pg.shares.loop_reads
 
 
 def test_a_loop_read_connection_that_fails_to_open_gives_back_its_place(
     pg: Database, crowded: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Searches whose connection cannot be opened fail with the engine's error (the API's
-    503) and take no place of LOOP_READERS with them: afterwards searches succeed, and
+    503) and take no place of their share with them: afterwards searches succeed, and
     a search of the other kind finds room beside an idle connection instead of closing
     it, which it would do were the failed attempts still counted."""
     company = crowded[0]
-    failures = [LOOP_READERS * 2]  # attempts left to fail, more than there are places
+    failures = [pg.shares.loop_reads * 2]  # attempts left to fail, more than there are places
     opened: list[tuple[bool, Any]] = []
     connect = pg.connect_async
 
@@ -442,7 +442,7 @@ def test_a_loop_read_connection_that_fails_to_open_gives_back_its_place(
             refused = await asyncio.gather(
                 *(
                     activity.search_async(pg, company_id=company, query=once)
-                    for _ in range(LOOP_READERS * 2)
+                    for _ in range(pg.shares.loop_reads * 2)
                 ),
                 return_exceptions=True,
             )
@@ -453,7 +453,7 @@ def test_a_loop_read_connection_that_fails_to_open_gives_back_its_place(
             await pg.close_loop_reads()
 
     refused, first, second, custom_closed = asyncio.run(run())
-    assert len(refused) == LOOP_READERS * 2
+    assert len(refused) == pg.shares.loop_reads * 2
     assert all(isinstance(error, OperationalError) for error in refused)
     assert json.loads(first)["total_entries"] > 0 and json.loads(second)["total_entries"] > 0
     assert [generic for generic, _ in opened] == [False, True]

@@ -210,8 +210,10 @@ def test_no_push_waits_for_a_writer_that_has_gone(monkeypatch: pytest.MonkeyPatc
         return [service.Pushed({"status": "completed"}) for _ in pushes]
 
     monkeypatch.setattr(service, "push_group", fake_group)
-    monkeypatch.setattr(groups, "WRITERS", 1)
-    sqlite = SimpleNamespace(engine=SimpleNamespace(dialect=SimpleNamespace(name="sqlite")))
+    sqlite = SimpleNamespace(
+        engine=SimpleNamespace(dialect=SimpleNamespace(name="sqlite")),
+        shares=SimpleNamespace(push_writers=1),
+    )
     queue = groups.PushQueue(sqlite)  # type: ignore[arg-type]
     caller, limits = _anyone(), _LIMITS
     body = orjson.dumps({"client_id": "crm", "dataset_id": "orders", "data": {"a": 1}})
@@ -318,7 +320,10 @@ def test_large_pushes_are_checked_two_at_a_time_and_keyed_small_ones_are_not_hel
 
     lock = threading.Lock()
     monkeypatch.setattr(service, "push", fake_push)
-    sqlite = SimpleNamespace(engine=SimpleNamespace(dialect=SimpleNamespace(name="sqlite")))
+    sqlite = SimpleNamespace(
+        engine=SimpleNamespace(dialect=SimpleNamespace(name="sqlite")),
+        shares=SimpleNamespace(push_writers=2),
+    )
     queue = groups.PushQueue(sqlite)  # type: ignore[arg-type]
     caller, limits = _anyone(), _LIMITS
     large = b" " * (groups.SMALL_BODY + 1)

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 # Bodies up to this size go in groups; larger batches already share their fixed costs.
 SMALL_BODY = 16 * 1024
 MAX_GROUP = 256
-# Groups in flight at once in one process: while one commits, the next is written.
-WRITERS = 2
 # Large pushes checked at once in one process; the others wait their turn. A large push
 # is mostly Python work under the GIL: more of them at once only interleave, each
 # pushing the others' records out of the CPU's caches. Two keep one checking records
@@ -56,15 +54,18 @@ class PushQueue:
         self._db = db
         self._waiting: list[tuple[service.SmallPush, asyncio.Future[service.Pushed]]] = []
         self._writers: set[asyncio.Task[None]] = set()
+        # Groups in flight at once, each on a connection of the process's share for them
+        # (two in an API process: while one commits, the next is written)
+        self._most = max(1, db.shares.push_writers)
         # PostgreSQL: groups are written on the event loop, each writer on an asyncio
-        # connection of these (at most WRITERS; made when first needed).
+        # connection of these (made when first needed).
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._closed = False
         self._sink = sinks.for_dialect(db.engine.dialect.name)
         self._on_loop = isinstance(self._sink, sinks.PostgresSink)
         # Groups the loop leaves (SQLite; a schema not compiled yet; a failed write) are
         # written on threads of their own.
-        self._threads = ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="push-group")
+        self._threads = ThreadPoolExecutor(max_workers=self._most, thread_name_prefix="push-group")
         self._large = anyio.CapacityLimiter(LARGE_AT_ONCE)
 
     async def close(self) -> None:
@@ -100,7 +101,7 @@ class PushQueue:
             caller, client_id, dataset_id, records, nul=service.may_hold_nul(body)
         )
         self._waiting.append((push, answer))
-        if len(self._writers) < WRITERS:
+        if len(self._writers) < self._most:
             self._writers.add(loop.create_task(self._write()))
         return await answer
 

@@ -22,7 +22,7 @@ MIGRATION_LOCK = 0x4857_6D69_6772
 
 config = context.config
 settings = config.attributes["settings"]
-engine = make_engine(settings)
+engine = make_engine(settings, name="headwater migrate")
 
 with engine.connect() as connection:
     context.configure(
