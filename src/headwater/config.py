@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     # bounds (contract section 12)
     email_max_attachments: int = Field(20, ge=1, le=1000)
     smtp_max_connections: int = Field(100, ge=1, le=100000)
+    # an SMTP connection that sends nothing for this long is closed (Postfix's
+    # smtpd_timeout), also in the middle of a message's data
+    smtp_idle_timeout_seconds: float = Field(120.0, gt=0, le=3600)
 
     # events and webhooks (contract section 13)
     event_retention_days: int = Field(30, ge=1, le=3650)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import smtplib
 import socket
+import time
 import uuid
 from typing import Any
 
@@ -138,3 +139,63 @@ def test_lines_that_begin_with_a_dot_arrive_as_sent(
     assert transaction["status"] == "completed", transaction["errors"]
     ids = {r["data"]["order_id"] for r in mail_tenant.records(page_size=100)}
     assert ids == {".A-1", "..A-2", "A.3"} | {f".D-{n}" for n in range(60)}
+
+
+class _Talk:
+    """A raw SMTP conversation on one socket: a line sent, the reply's code read."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.replies = sock.makefile("rb")
+
+    def reply(self) -> bytes:
+        while True:
+            line = self.replies.readline()
+            if len(line) < 4 or line[3:4] != b"-":
+                return line[:3]
+
+    def say(self, line: str) -> bytes:
+        self.sock.sendall(line.encode() + b"\r\n")
+        return self.reply()
+
+
+def test_a_message_slower_than_the_idle_timeout_arrives_and_an_idle_one_is_cut(
+    make_smtp: Any, mail_tenant: FileTenant, inbox: dict[str, Any]
+) -> None:
+    """The connection's timeout (`HEADWATER_SMTP_IDLE_TIMEOUT_SECONDS`, here 1 s) counts
+    the time nothing arrives: a message whose data takes three times as long, arriving
+    all the while, is accepted (a 25 MB message beside 99 others took minutes and was
+    cut off at the timeout, counted from DATA); data that stops for longer is cut off
+    and stores nothing."""
+    server = make_smtp(smtp_idle_timeout_seconds=1)
+    slow = message(
+        inbox["address"],
+        attachments=[("slow.csv", "text/csv", BODY)],
+        message_id=f"<{uuid.uuid4()}@example.com>",
+    )
+    data = slow.as_bytes(policy=slow.policy.clone(linesep="\r\n"))
+    assert not any(line.startswith(b".") for line in data.split(b"\r\n"))  # nothing to stuff
+    sock, greeting = _greeting("127.0.0.5", server.port)
+    talk = _Talk(sock)
+    try:
+        assert greeting[:3] == b"220"
+        assert talk.say("EHLO client.example.com") == b"250"
+        assert talk.say("MAIL FROM:<ann@example.com>") == b"250"
+        assert talk.say(f"RCPT TO:<{inbox['address']}>") == b"250"
+        assert talk.say("DATA") == b"354"
+        pieces = 8
+        for k in range(pieces):
+            sock.sendall(data[k * len(data) // pieces : (k + 1) * len(data) // pieces])
+            time.sleep(0.4)  # 3.2 s in all, each pause under the timeout
+        assert talk.say(".") == b"250"
+
+        assert talk.say("MAIL FROM:<ann@example.com>") == b"250"
+        assert talk.say(f"RCPT TO:<{inbox['address']}>") == b"250"
+        assert talk.say("DATA") == b"354"
+        sock.sendall(data[: len(data) // 2])
+        time.sleep(2.5)  # idle past the timeout: the server closes the connection
+        assert talk.replies.readline() in (b"", b"421 4.4.2 Connection timed out\r\n")
+    finally:
+        sock.close()
+    [transaction] = _transactions(mail_tenant)
+    assert transaction["file_name"] == "slow.csv" and transaction["status"] == "completed"

@@ -314,7 +314,7 @@ async def serve(settings: Settings, host: str, port: int, *, ready: Path | None 
             ident="Headwater",
             tls_context=context,
             enable_SMTPUTF8=True,
-            timeout=120,
+            timeout=settings.smtp_idle_timeout_seconds,
         ),
         host=host,
         port=port,

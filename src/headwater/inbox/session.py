@@ -145,6 +145,9 @@ class BoundedSMTP(SMTP):
             chunk = await self._reader.read(READ_BLOCK)
             if not chunk:  # the client went away: the handler is being cancelled
                 raise asyncio.CancelledError()
+            # the connection's timeout counts idle time, not the message's: a large
+            # message from a slow client, or beside many others, takes longer than it
+            self._reset_timeout()
             data = pending + chunk
             cut = data.rfind(b"\r\n") + 2
             if cut < 2:  # no whole line yet
