@@ -6,12 +6,18 @@ PostgreSQL and the embedded store; `headwater serve` (API and file workers) and
   (1) CLIENTS concurrent SMTP clients (smtplib, one connection each) send MESSAGES
       messages in all, each with one CSV attachment of ROWS rows
       → messages/s accepted, p50/p99 of DATA (end of data to the 250), rows/s to
-        every transaction `completed`
+        every transaction `completed`; against a bare aiosmtpd server in a process of
+        its own that accepts every message and keeps nothing (the sink), taking the same
+        messages from the same clients, A B A B → the ratios
   (2) one message with a BIG_MB attachment → its DATA time, rows/s to `completed`
+  (3) the server's connection limit (100 by default) of clients, from 10 loopback
+      addresses (10 a address is the limit of one), each sending one message of about
+      25 MB at once → seconds until all were accepted; the run ends there
 
-and the SMTP process's peak RSS (VmHWM). The size limit is raised for (2): base64 makes
-a 20 MB attachment a 27 MB message, over the 25 MiB default. Targets: >= 50 messages/s
-accepted, p99 DATA <= 500 ms, peak RSS <= 300 MB.
+and the SMTP process's peak RSS (VmHWM), after (2) and after (3). The size limit is
+raised for (2): base64 makes a 20 MB attachment a 27 MB message, over the 25 MiB
+default. Targets: >= 50 messages/s accepted and >= 0.7 of the sink's, p99 DATA <= 500 ms
+and <= 2x the sink's, peak RSS <= 300 MB (after (3) too).
 
     uv run python -m bench.email [--clients 10 --messages 2000 --rows 1000 --big-mb 20]
 """
@@ -19,8 +25,11 @@ accepted, p99 DATA <= 500 ms, peak RSS <= 300 MB.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import multiprocessing
 import os
 import smtplib
+import socket
 import statistics
 import tempfile
 import threading
@@ -29,7 +38,7 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import httpx
-from tests.http_server import start_listener
+from tests.http_server import free_port, start_listener
 
 from bench.common import (
     OPERATOR,
@@ -54,6 +63,60 @@ def mail(to: str, name: str, data: bytes, n: int) -> bytes:
     return message.as_bytes(policy=message.policy.clone(linesep="\r\n"))
 
 
+class _Sink:
+    """The anchor's handler: every message accepted, nothing kept."""
+
+    async def handle_DATA(self, _server: object, _session: object, _envelope: object) -> str:
+        return "250 OK"
+
+
+def sink_server(port: int, size_limit: int) -> None:
+    """Run in a process of its own: a bare aiosmtpd server on `port`."""
+    from aiosmtpd.smtp import SMTP
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: SMTP(_Sink(), data_size_limit=size_limit), "127.0.0.1", port
+        )
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
+def wait_listening(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def send_many(port: int, to: str, bodies: list[bytes], clients: int) -> tuple[float, list[float]]:
+    """`bodies` sent by `clients` concurrent clients: the seconds until all were
+    accepted, and each DATA's seconds."""
+    shares = [bodies[i::clients] for i in range(clients)]
+    timings: list[float] = []
+    started = time.perf_counter()
+    threads = [
+        threading.Thread(target=send_all, args=(port, to, share, timings)) for share in shares
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started, timings
+
+
+def p50_p99(timings: list[float]) -> tuple[float, float]:
+    cuts = statistics.quantiles(timings, n=100)
+    return cuts[49] * 1e3, cuts[98] * 1e3
+
+
 def send_all(port: int, to: str, bodies: list[bytes], timings: list[float]) -> None:
     with smtplib.SMTP("127.0.0.1", port, timeout=120) as smtp:
         smtp.ehlo()
@@ -67,12 +130,60 @@ def send_all(port: int, to: str, bodies: list[bytes], timings: list[float]) -> N
             assert code == 250, reply
 
 
+def at_the_limit(port: int, to: str, clients: int, log: Path) -> None:
+    """(3): `clients` clients, 10 from each loopback address, each sending one message
+    of about 25 MB (a CSV of 18 MB, base64), all at once."""
+    attachment = HEADER + rows(500_000)
+    while len(attachment) < 18 * 1024 * 1024:
+        attachment += rows(100_000, len(attachment))
+    attachment = attachment[: 18 * 1024 * 1024].rsplit(b"\n", 1)[0] + b"\n"
+    print(
+        f"(3) {clients} clients at once, each one message with a "
+        f"{len(attachment) / 1e6:.0f} MB CSV",
+        flush=True,
+    )
+    failures: list[str] = []
+    start = threading.Barrier(clients)
+
+    def one(n: int) -> None:
+        body = mail(to, f"limit{n}.csv", attachment, 2 * 10**9 + n)
+        try:
+            with smtplib.SMTP(
+                "127.0.0.1", port, timeout=600, source_address=(f"127.0.0.{2 + n // 10}", 0)
+            ) as smtp:
+                smtp.ehlo()
+                start.wait()
+                smtp.mail("bench@example.com")
+                smtp.rcpt(to)
+                code, reply = smtp.data(body)
+                if code != 250:
+                    failures.append(f"{code} {reply!r}")
+        except (OSError, smtplib.SMTPException, threading.BrokenBarrierError) as exc:
+            failures.append(repr(exc))
+            start.abort()
+
+    began = time.perf_counter()
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(
+        f"    all sent after {time.perf_counter() - began:.1f} s; refused or failed: "
+        f"{len(failures)} {failures[:3]}",
+        flush=True,
+    )
+    if failures:
+        print("--- SMTP log (last 20 lines) ---", *log.read_text().splitlines()[-20:], sep="\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--big-mb", type=int, default=20)
+    parser.add_argument("--limit-clients", type=int, default=100)
     parser.add_argument("--file-workers", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
 
@@ -104,40 +215,60 @@ def main() -> None:
                 {"HEADWATER_DATA_DIR": data_dir, "HEADWATER_LOG_LEVEL": "WARNING", **env},
                 Path(tmp),
             )
+            sink_port = free_port()
+            sink = multiprocessing.get_context("spawn").Process(
+                target=sink_server,
+                args=(sink_port, int(env["HEADWATER_MAX_EMAIL_BYTES"])),
+                daemon=True,
+            )
+            sink.start()
+            wait_listening(sink_port)
             try:
                 attachment = HEADER + rows(args.rows)
-                bodies = [mail(address, f"o{n}.csv", attachment, n) for n in range(args.messages)]
-                shares = [bodies[i :: args.clients] for i in range(args.clients)]
-                timings: list[float] = []
                 print(
                     f"(1) {args.clients} clients, {args.messages} messages, one "
-                    f"{len(attachment) / 1e3:.0f} kB CSV of {args.rows:,} rows each"
+                    f"{len(attachment) / 1e3:.0f} kB CSV of {args.rows:,} rows each; "
+                    "the sink (A) and the service (B), A B A B"
                 )
-                started, wall = time.perf_counter(), time.time()
-                threads = [
-                    threading.Thread(target=send_all, args=(smtp.port, address, share, timings))
-                    for share in shares
-                ]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                accepted = time.perf_counter() - started
-                finals = wait_completed(url, headers, args.messages, timeout=3600, channel="email")
-                elapsed = finished_after(finals, wall)
-                bad = [
-                    t
-                    for t in finals
-                    if t["status"] != "completed" or t["records_accepted"] != args.rows
-                ]
-                cuts = statistics.quantiles(timings, n=100)
-                p50, p99 = cuts[49] * 1e3, cuts[98] * 1e3
-                rate = args.messages * args.rows / elapsed
+                ours: list[tuple[float, float, float]] = []  # messages/s, p50, p99
+                bare: list[tuple[float, float, float]] = []
+                for trial in (1, 2):
+                    first = (trial - 1) * args.messages  # Message-IDs differ by trial
+                    bodies = [
+                        mail(address, f"o{n}.csv", attachment, n)
+                        for n in range(first, first + args.messages)
+                    ]
+                    took, timings = send_many(sink_port, address, bodies, args.clients)
+                    bare.append((args.messages / took, *p50_p99(timings)))
+                    wall = time.time()
+                    took, timings = send_many(smtp.port, address, bodies, args.clients)
+                    ours.append((args.messages / took, *p50_p99(timings)))
+                    finals = wait_completed(
+                        url, headers, trial * args.messages, timeout=3600, channel="email"
+                    )
+                    elapsed = finished_after(finals, wall)
+                    bad = [
+                        t
+                        for t in finals
+                        if t["status"] != "completed" or t["records_accepted"] != args.rows
+                    ]
+                    print(
+                        f"    trial {trial}: the sink {bare[-1][0]:.1f} messages/s, DATA p50 "
+                        f"{bare[-1][1]:.0f} ms, p99 {bare[-1][2]:.0f} ms; the service "
+                        f"{ours[-1][0]:.1f} messages/s, DATA p50 {ours[-1][1]:.0f} ms, p99 "
+                        f"{ours[-1][2]:.0f} ms, all completed after {elapsed:.1f} s: "
+                        f"{args.messages * args.rows / elapsed:,.0f} rows/s; "
+                        f"not as expected: {len(bad)}",
+                        flush=True,
+                    )
+                rate, _, p99 = (statistics.median(m) for m in zip(*ours, strict=True))
+                sink_rate, _, sink_p99 = (statistics.median(m) for m in zip(*bare, strict=True))
                 print(
-                    f"    accepted in {accepted:.1f} s: {args.messages / accepted:.1f} messages/s "
-                    f"(target >= 50); DATA p50 {p50:.0f} ms, p99 {p99:.0f} ms (target <= 500); "
-                    f"all completed after {elapsed:.1f} s: {rate:,.0f} rows/s; "
-                    f"not as expected: {len(bad)}"
+                    f"    medians: the service {rate:.1f} messages/s = {rate / sink_rate:.2f} "
+                    f"of the sink's {sink_rate:.1f} (targets >= 50 and >= 0.7); DATA p99 "
+                    f"{p99:.0f} ms = {p99 / sink_p99:.1f}x the sink's {sink_p99:.0f} ms "
+                    "(targets <= 500 ms and <= 2x)",
+                    flush=True,
                 )
                 big_rows = 0
                 chunks = []
@@ -150,10 +281,10 @@ def main() -> None:
                 big = mail(address, "big.csv", HEADER + b"".join(chunks), 10**9)
                 print(f"(2) one message with a {size / 1e6:.0f} MB CSV of {big_rows:,} rows")
                 one: list[float] = []
-                started, wall = time.perf_counter(), time.time()
+                wall = time.time()
                 send_all(smtp.port, address, [big], one)
                 finals = wait_completed(
-                    url, headers, args.messages + 1, timeout=3600, channel="email"
+                    url, headers, 2 * args.messages + 1, timeout=3600, channel="email"
                 )
                 [done] = [t for t in finals if t["file_name"] == "big.csv"]
                 elapsed = finished_after([done], wall)
@@ -163,9 +294,13 @@ def main() -> None:
                     f"({big_rows / elapsed:,.0f} rows/s end to end)"
                 )
                 rss = peak_rss_mb(smtp.process.pid)
-                print(f"SMTP process peak RSS {rss:.0f} MB (target <= 300 MB)")
+                print(f"SMTP process peak RSS {rss:.0f} MB (target <= 300 MB)", flush=True)
+                at_the_limit(smtp.port, address, args.limit_clients, smtp.log)
+                rss = peak_rss_mb(smtp.process.pid)
+                print(f"SMTP process peak RSS {rss:.0f} MB after (3) (target <= 300 MB)")
             finally:
                 smtp.stop()
+                sink.terminate()
 
 
 if __name__ == "__main__":
