@@ -280,8 +280,6 @@ def _sqlite_begin_deferred(connection: Connection) -> None:
 # `smtp`, a CLI command). Ten API processes and ten others stay within 300.
 Role = Literal["api", "other"]
 ROLE_CONNECTIONS: dict[Role, int] = {"api": 20, "other": 10}
-# Connections of a process's share kept open while idle: the rest close when returned
-IDLE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -314,7 +312,9 @@ def make_engine(
     settings: Settings, *, for_reads: bool = False, connections: int = 10, name: str = "headwater"
 ) -> Engine:
     """The engine; `for_reads` gives one of its own to reads that change nothing.
-    `connections`: PostgreSQL connections it holds at most, half of them kept while idle;
+    `connections`: PostgreSQL connections it holds at most, each opened when first
+    needed and then kept for the next use (closing some when returned, under load, only
+    opened others again at once: a connection costs milliseconds to open);
     `name`: their `application_name` (with the process id), as `pg_stat_activity` shows.
 
     SQLite: its read transactions do not take the write lock, so reads never wait for
@@ -350,8 +350,8 @@ def make_engine(
         # and SQLAlchemy then discards the whole pool; connections are also recycled.
         pool_pre_ping=settings.db_pre_ping,
         pool_recycle=1800,
-        pool_size=max(1, round(connections * IDLE_SHARE)),
-        max_overflow=connections - max(1, round(connections * IDLE_SHARE)),
+        pool_size=connections,
+        max_overflow=0,
         pool_timeout=settings.db_connect_timeout_seconds,
         connect_args=connect_args,
         **reads,
