@@ -353,7 +353,7 @@ class Normaliser:
         over the whole column where its values allow; the records are made at the end,
         members in the order the row-at-a-time path gives them. A second implementation
         of the same rules, kept because it pays: 1.98x the row path on a 10-column CSV
-        (`bench/normalise.py`, which checks the two agree; docs/benchmarks.md).
+        (`bench/normalise.py`, which checks the two agree; docs/benchmarks/history/2026-11.md).
         """
         root = self.root
         if root is None or not rows:

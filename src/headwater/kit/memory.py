@@ -18,7 +18,7 @@ LARGE = 16 * 1024 * 1024
 # raised the mmap threshold (twice the threshold). Fixing the threshold turns that rule
 # off and leaves 128 KiB, and then every request's large buffers (a 500 KB batch is
 # copied several times) were given back when freed and faulted in again on the next:
-# 40% more time for the same parsing and writing (docs/benchmarks.md, issue 24).
+# 40% more time for the same parsing and writing (docs/benchmarks/history/2026-11.md, issue 24).
 KEEP = 2 * LARGE
 
 
