@@ -7,16 +7,18 @@ import json
 import os
 import re
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import psycopg
@@ -67,31 +69,56 @@ def ensure_wrk() -> str:
     return ensure_tool("wrk", "wrk")
 
 
-class ConnectionPeak:
-    """The most PostgreSQL connections the service's processes held to one database at
-    once, sampled from `pg_stat_activity` every 20 ms on a thread of its own: in all, in
-    one process, and by part of a process's budget (`application_name` says which:
-    "headwater <role> <part> <pid>", see `headwater.db.application_name`)."""
+def wait_listening(port: int, alive: Callable[[], bool], seconds: float = 30) -> None:
+    """Wait until something listens on loopback `port`, while `alive()` (the process
+    that is to listen there) and for up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if not alive() or time.monotonic() > deadline:
+                raise SystemExit(f"nothing listens on port {port}") from None
+            time.sleep(0.05)
 
-    def __init__(self, database: str) -> None:
-        self.database = database
-        self.total = 0
-        self.process = 0
-        self.parts: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> ConnectionPeak:
+class Sampling:
+    """A measure taken on a thread of its own while a `with` block runs: `sample` runs
+    until `stopped` is set, at the block's end."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self._thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
+        self.stopped.set()
         self._thread.join()
 
-    def _sample(self) -> None:
+
+class ConnectionPeak(Sampling):
+    """The most PostgreSQL connections the service's processes held to one database at
+    once, sampled from `pg_stat_activity` every 20 ms: in all, in one process, and by
+    part of a process's budget (`application_name` says which: "headwater <role> <part>
+    <pid>", see `headwater.db.application_name`)."""
+
+    def __init__(self, database: str) -> None:
+        super().__init__()
+        self.database = database
+        self.total = 0
+        self.process = 0
+        self.parts: dict[str, int] = {}
+
+    def sample(self) -> None:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            while not self._stop.wait(0.02):
+            while not self.stopped.wait(0.02):
                 names = [
                     name
                     for (name,) in admin.execute(

@@ -29,7 +29,6 @@ import asyncio
 import multiprocessing
 import os
 import smtplib
-import socket
 import statistics
 import tempfile
 import threading
@@ -48,6 +47,7 @@ from bench.common import (
     production_server,
     server_env,
     token,
+    wait_listening,
 )
 from bench.sftp import HEADER, SCHEMA, finished_after, peak_rss_mb, rows, wait_completed
 
@@ -82,18 +82,6 @@ def sink_server(port: int, size_limit: int) -> None:
         await server.serve_forever()
 
     asyncio.run(main())
-
-
-def wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def send_many(port: int, to: str, bodies: list[bytes], clients: int) -> tuple[float, list[float]]:
@@ -222,7 +210,7 @@ def main() -> None:
                 daemon=True,
             )
             sink.start()
-            wait_listening(sink_port)
+            wait_listening(sink_port, sink.is_alive)
             try:
                 attachment = HEADER + rows(args.rows)
                 print(

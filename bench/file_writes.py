@@ -29,7 +29,15 @@ import httpx
 import psycopg
 from tests.http_server import running_server
 
-from bench.common import OPERATOR, SECRET, BenchCompany, bench_database, server_env, token
+from bench.common import (
+    OPERATOR,
+    SECRET,
+    BenchCompany,
+    Sampling,
+    bench_database,
+    server_env,
+    token,
+)
 from bench.file_ingest import csv_chunks
 
 ROW_BYTES = 190  # bench.file_ingest's rows, about
@@ -131,19 +139,18 @@ def _ended(url: str, headers: dict[str, str], transaction_id: str) -> bool:
     return _status(url, headers, transaction_id)["status"] not in ("awaiting_upload", "processing")
 
 
-class LongestTransaction:
+class LongestTransaction(Sampling):
     """PostgreSQL: the longest open database transaction on the benchmark's database,
     sampled every 0.1 s (the sampler's own connection left out)."""
 
     def __init__(self, database_url: str) -> None:
+        super().__init__()
         self.database_url = database_url
         self.longest = 0.0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._sample)
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         with psycopg.connect(self.database_url, autocommit=True) as connection:
-            while not self.stop.wait(0.1):
+            while not self.stopped.wait(0.1):
                 age = connection.execute(
                     "SELECT coalesce(max(extract(epoch FROM now() - xact_start)), 0) "
                     "FROM pg_stat_activity WHERE datname = current_database() "
@@ -151,14 +158,6 @@ class LongestTransaction:
                     "AND state <> 'idle'"
                 ).fetchone()
                 self.longest = max(self.longest, float(age[0]) if age else 0.0)
-
-    def __enter__(self) -> LongestTransaction:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
 
 
 def _summary(label: str, writes: Writes, seconds: float) -> str:

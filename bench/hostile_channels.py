@@ -38,7 +38,7 @@ import asyncssh
 import httpx
 from tests.http_server import free_port
 
-from bench.common import OPERATOR, SECRET, BenchCompany, token
+from bench.common import OPERATOR, SECRET, BenchCompany, Sampling, token
 
 DOMAIN = "ingest.localhost"
 CSV = b"order_id,amount\n" + b"".join(b"V-%d,%d.5\n" % (i, i) for i in range(20))
@@ -388,30 +388,24 @@ def send_small(port: int, to: str, mail: EmailMessage) -> tuple[float, int]:
             time.sleep(1)
 
 
-class PeakRss:
+class PeakRss(Sampling):
     """The peak RSS of a process, sampled every 50 ms (and its VmHWM at the end)."""
 
     def __init__(self, pid: int) -> None:
+        super().__init__()
         self.pid = pid
         self.peak = 0.0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run)
 
-    def _run(self) -> None:
-        while not self.stop.is_set():
+    def sample(self) -> None:
+        while not self.stopped.is_set():
             try:
                 self.peak = max(self.peak, status_mb(self.pid, "VmRSS"))
             except OSError:
                 return
-            self.stop.wait(0.05)
-
-    def __enter__(self) -> PeakRss:
-        self.thread.start()
-        return self
+            self.stopped.wait(0.05)
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
+        super().__exit__(*exc)
         self.peak = max(self.peak, status_mb(self.pid, "VmHWM"))
 
 
