@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import getpass
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from bench.common import (
     production_server,
     server_env,
     token,
+    wait_listening,
 )
 
 SCHEMA = {
@@ -139,9 +139,7 @@ async def upload_many(
     await asyncio.gather(*(one(s) for s in range(sessions)))
 
 
-async def upload_file(
-    port: int, user: str, key: asyncssh.SSHKey | None, path: Path, target: str
-) -> float:
+async def upload_file(port: int, user: str, key: asyncssh.SSHKey, path: Path, target: str) -> float:
     """Seconds to upload `path` (asyncssh's parallel put, as a client would)."""
     started = time.perf_counter()
     async with (
@@ -149,8 +147,7 @@ async def upload_file(
             "127.0.0.1",
             port,
             username=user,
-            client_keys=[key] if key else None,
-            password=None if key else "x",
+            client_keys=[key],
             known_hosts=None,
             agent_path=None,
         ) as conn,
@@ -188,15 +185,8 @@ def start_sshd(folder: Path, key: asyncssh.SSHKey) -> tuple[subprocess.Popen[byt
     (folder / "authorized_keys").write_bytes(key.export_public_key())
     (folder / "sshd_config").write_text(SSHD_CONFIG.format(port=port, dir=folder))
     process = subprocess.Popen([sshd, "-D", "-e", "-f", str(folder / "sshd_config")])
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process, port
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("sshd did not start") from None
-            time.sleep(0.05)
+    wait_listening(port, lambda: process.poll() is None)
+    return process, port
 
 
 def openssh_put(port: int, user: str, key_file: Path, path: Path, target: str) -> float:
@@ -293,19 +283,14 @@ def compare(
             for client in ("OpenSSH sftp", "asyncssh"):
                 for server in ("sshd", "ours"):
                     if server == "sshd":
-                        target, where = str(landing / f"{trial}.csv"), sshd_port
+                        port_and_user, target = (sshd_port, user), str(landing / f"{trial}.csv")
                     else:
-                        target, where = f"/bench-crm/orders/c{trial}-{client[0]}.csv", port
+                        port_and_user = (port, "bench")
+                        target = f"/bench-crm/orders/c{trial}-{client[0]}.csv"
                     seconds = (
-                        openssh_put(
-                            where, user if server == "sshd" else "bench", key_file, path, target
-                        )
+                        openssh_put(*port_and_user, key_file, path, target)
                         if client == "OpenSSH sftp"
-                        else asyncio.run(
-                            upload_file(
-                                where, user if server == "sshd" else "bench", key, path, target
-                            )
-                        )
+                        else asyncio.run(upload_file(*port_and_user, key, path, target))
                     )
                     rates.setdefault((client, server), []).append(size / seconds)
                     if server == "sshd":
