@@ -43,6 +43,7 @@ import psycopg
 import urllib3
 
 from bench.common import bench_database, data_tenant, production_server, server_env
+from headwater.ingestion import feed
 
 SCHEMA = {
     "type": "object",
@@ -190,25 +191,17 @@ def copy_rate(database_url: str, dataset_pk: uuid.UUID) -> tuple[int, int, float
         return rows, size, time.perf_counter() - began
 
 
-# A record as the feed gives it (`RecordRead`'s JSON text), written by PostgreSQL
-FEED_LINE = (
-    """'{"record_id":"' || r.record_id || '","transaction_id":"' || r.transaction_id """
-    """|| '","schema_version":' || r.schema_version || ',"ingested_at":"' """
-    """|| to_char(r.ingested_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') """
-    """|| '","data":' || r.data::text || '}'"""
-)
-
-
 def copy_feed(database_url: str, dataset_pk: uuid.UUID, count: int) -> tuple[int, float]:
-    """The feed's physical limit: its first `count` records, as the feed's JSON texts in
-    its order, through COPY read by psycopg: rows, seconds."""
+    """The feed's physical limit: its first `count` records, as the feed's JSON texts
+    (rendered as the feed renders them) in its order, through COPY read by psycopg:
+    rows, seconds."""
     with psycopg.connect(database_url) as conn, conn.cursor() as cursor:
         began = time.perf_counter()
         rows = 0
         with cursor.copy(
-            f"COPY (SELECT {FEED_LINE} FROM transactions t JOIN records r "  # noqa: S608
-            "ON r.transaction_id = t.id WHERE t.dataset_pk = %s AND t.feed_pos > 0 "
-            "ORDER BY t.feed_pos, r.seq LIMIT %s) TO STDOUT",
+            f"COPY (SELECT {feed.LINE_SQL} FROM transactions t JOIN records "  # noqa: S608
+            "ON records.transaction_id = t.id WHERE t.dataset_pk = %s AND t.feed_pos > 0 "
+            "ORDER BY t.feed_pos, records.seq LIMIT %s) TO STDOUT",
             (dataset_pk, count),
         ) as copy:
             for _line in copy:

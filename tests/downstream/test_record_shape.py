@@ -1,7 +1,7 @@
 """One record shape (issue 33): a record reads the same on every path that shows it.
 
 The records page renders `RecordRead`; NDJSON lines and the portable feed write
-`feed.record_json`'s text; PostgreSQL's feed writes the same text in SQL (`_LINE_SQL`);
+`feed.record_json`'s text; PostgreSQL's feed writes the same text in SQL (`LINE_SQL`);
 an NDJSON export writes its own lines. Here each is read back, for records pushed and
 records from a file, with text that must be escaped and numbers of each kind, and they
 must agree to the byte where they are the same JSON text."""

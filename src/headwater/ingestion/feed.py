@@ -125,8 +125,9 @@ def decode(cursor: str | None, dataset_pk: uuid.UUID) -> Cursor:
 # `RecordRead` JSON texts joined by commas, with their count and the last one's `seq`.
 # PostgreSQL renders and joins them itself (the uuids, the time with milliseconds as
 # `iso_ms` writes it, the record's JSON text as stored): one row a transaction, no
-# Python code touching a record. Elsewhere a chunk is made from rows, in Python.
-_LINE_SQL = (
+# Python code touching a record (`bench.downstream`'s COPY anchor renders with it too).
+# Elsewhere a chunk is made from rows, in Python.
+LINE_SQL = (
     """'{"record_id":"' || records.record_id || '","transaction_id":"' """
     """|| records.transaction_id || '","schema_version":' || records.schema_version """
     """|| ',"ingested_at":"' || to_char(records.ingested_at AT TIME ZONE 'UTC', """
@@ -138,7 +139,7 @@ _LINE_SQL = (
 _ONE_SQL = f"""
 SELECT count(*) AS count, max(seq) AS last_seq, string_agg(line, ',' ORDER BY seq) AS text
 FROM (
-    SELECT transaction_id, seq, {_LINE_SQL} AS line FROM records
+    SELECT transaction_id, seq, {LINE_SQL} AS line FROM records
     WHERE (transaction_id, seq) > ({{transaction}}, %(seq)s)
     ORDER BY transaction_id, seq LIMIT %(limit)s
 ) AS walked
@@ -157,7 +158,7 @@ WHERE dataset_pk = %(dataset)s AND feed_pos > %(pos)s ORDER BY feed_pos LIMIT %(
 """
 _WHOLE_SQL = f"""
 SELECT transaction_id, count(*) AS count, max(seq) AS last_seq,
-       string_agg({_LINE_SQL}, ',' ORDER BY seq) AS text
+       string_agg({LINE_SQL}, ',' ORDER BY seq) AS text
 FROM records WHERE transaction_id = ANY(%(transactions)s) GROUP BY transaction_id
 """  # noqa: S608 (constants of ours)
 _PORTABLE = (
@@ -198,7 +199,7 @@ def record_json(
     record_id: object, transaction_id: object, schema_version: int, ingested_at: str, data: str
 ) -> str:
     """A record as `RecordRead`'s JSON text, from its parts (`data` JSON text already):
-    the portable feed's, and an NDJSON export's lines. PostgreSQL's `_LINE_SQL` writes
+    the portable feed's, and an NDJSON export's lines. PostgreSQL's `LINE_SQL` writes
     the same text."""
     return (
         f'{{"record_id":"{record_id}","transaction_id":"{transaction_id}",'
