@@ -313,8 +313,8 @@ def make_engine(
 ) -> Engine:
     """The engine; `for_reads` gives one of its own to reads that change nothing.
     `connections`: PostgreSQL connections it holds at most, each opened when first
-    needed and then kept for the next use (closing some when returned, under load, only
-    opened others again at once: a connection costs milliseconds to open);
+    needed and then kept for the next use (under load, a connection closed when
+    returned was only opened again at once, at a few milliseconds each);
     `name`: their `application_name` (with the process id), as `pg_stat_activity` shows.
 
     SQLite: its read transactions do not take the write lock, so reads never wait for
