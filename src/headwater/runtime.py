@@ -19,6 +19,7 @@ from headwater.identity import keys as keyring
 from headwater.identity import service as identity
 from headwater.identity.tokens import TokenVerifier
 from headwater.ingestion.groups import PushQueue
+from headwater.ingestion.readahead import ReadAhead
 from headwater.kit import memory
 from headwater.kit.gate import Gate
 from headwater.kit.ratelimit import FailureLimit, RateLimiter, make_rate_limiter
@@ -49,12 +50,15 @@ class Runtime:
     # Wakes record feed requests waiting on a (client_id, dataset_id) when this process
     # commits records there.
     commits: Signals = field(default_factory=Signals)
+    # Full record feed pages read before their readers ask (`ingestion.readahead`).
+    feed_ahead: ReadAhead = field(default_factory=ReadAhead)
 
     async def close(self) -> None:
         await self.limiter.close()
         await self.token_failures.close()
         await self.pushes.close()
         await self.db.close_loop_reads()
+        self.feed_ahead.close()
         self.secret_checks.close()
         self.db.dispose()
 

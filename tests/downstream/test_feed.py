@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.db import Database
-from headwater.ingestion import lifecycle, sinks
+from headwater.ingestion import feed, lifecycle, sinks
 from headwater.ingestion.models import Dataset
 from headwater.kit.clock import utcnow
 from headwater.runtime import Runtime
@@ -218,6 +218,55 @@ def test_wait_sees_another_process_commit_by_polling(
         thread.join()
         db.dispose()
     assert [r["data"]["order_id"] for r in page["data"]] == names
+
+
+class PageSpy:
+    """`feed.page` as the read-ahead and the requests call it: each call's cursor,
+    whether a read-ahead thread made it, and an event set when a read-ahead ends."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[feed.Cursor, bool]] = []
+        self.ahead_done = threading.Event()
+        real = feed.page
+
+        def page(db: Database, dataset_pk: uuid.UUID, cursor: feed.Cursor, **kw: Any) -> Any:
+            ahead = threading.current_thread().name.startswith("feed-ahead")
+            self.calls.append((cursor, ahead))
+            try:
+                return real(db, dataset_pk, cursor, **kw)
+            finally:
+                if ahead:
+                    self.ahead_done.set()
+
+        monkeypatch.setattr(feed, "page", page)
+
+
+def test_the_page_after_a_full_page_is_read_ahead_and_taken_once(
+    feed_tenant: FeedTenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    feed_tenant.push_orders(1, 2, 3, 4)
+    spy = PageSpy(monkeypatch)
+    records, _ = feed_tenant.follow(limit=2)
+    assert [r["data"]["order_id"] for r in records] == ["A-1", "A-2", "A-3", "A-4"]
+    read = [(ahead, cursor != feed.START) for cursor, ahead in spy.calls]
+    # the first page by its request; the second read ahead and taken; the third read
+    # ahead, came back empty, so read again by its request (and not read ahead after)
+    assert read.count((False, False)) == 1
+    assert read.count((True, True)) == 2
+    assert read.count((False, True)) == 1
+    assert len(read) == 4
+
+
+def test_a_page_read_ahead_never_hides_a_readers_own_write(
+    feed_tenant: FeedTenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    feed_tenant.push_orders(1, 2)
+    spy = PageSpy(monkeypatch)
+    first = feed_tenant.changes(limit=2)
+    assert spy.ahead_done.wait(30), "the page after a full page was not read ahead"
+    feed_tenant.push_orders(3)
+    page = feed_tenant.changes(limit=2, after=first["next_cursor"])
+    assert [r["data"]["order_id"] for r in page["data"]] == ["A-3"]
 
 
 def test_an_empty_wait_answers_the_same_cursor(feed_tenant: FeedTenant) -> None:

@@ -11,23 +11,37 @@ import anyio.to_thread
 from headwater.db import Database
 from headwater.identity.tokens import Principal
 from headwater.ingestion import datasets, feed, metrics, repository
+from headwater.ingestion.readahead import ReadAhead
 from headwater.ingestion.schemas import ChangesQuery
 from headwater.kit.signals import Signals
 
 
 def _changes(
-    db: Database, caller: Principal, query: ChangesQuery
+    db: Database, caller: Principal, query: ChangesQuery, ahead: ReadAhead
 ) -> tuple[uuid.UUID, feed.Changes]:
-    """A page of the feed: the dataset (403/404 as a push's), then `feed.page`."""
+    """A page of the feed: the dataset (403/404 as a push's), then the page read ahead
+    for its cursor or `feed.page`; a full page has the one after it read ahead."""
     with db.read_connection() as connection:
         target = repository.target(connection, query.client_id, query.dataset_id)
         dataset_pk = datasets.usable_target(caller, query.client_id, query.dataset_id, target).id
-    cursor = feed.decode(query.after, dataset_pk)
-    return dataset_pk, feed.page(db, dataset_pk, cursor, limit=query.limit)
+    cursor, limit = feed.decode(query.after, dataset_pk), query.limit
+    page = ahead.take((dataset_pk, cursor, limit)) or feed.page(db, dataset_pk, cursor, limit=limit)
+    if page.count == limit:
+        after = page.cursor
+        ahead.start(
+            (dataset_pk, after, limit), lambda: feed.page(db, dataset_pk, after, limit=limit)
+        )
+    return dataset_pk, page
 
 
 async def changes(
-    db: Database, caller: Principal, query: ChangesQuery, *, commits: Signals, poll: float
+    db: Database,
+    caller: Principal,
+    query: ChangesQuery,
+    *,
+    commits: Signals,
+    ahead: ReadAhead,
+    poll: float,
 ) -> bytes:
     """A page of the record feed as JSON (`ChangesPage`). An empty page waits up to
     `query.wait` seconds for records, holding no database connection meanwhile: a commit
@@ -36,7 +50,7 @@ async def changes(
     deadline = time.monotonic() + query.wait
     key = (query.client_id, query.dataset_id)
     while True:
-        dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query)
+        dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query, ahead)
         remaining = deadline - time.monotonic()
         if page.count or remaining <= 0:
             metrics.FEED_PAGES.labels("records" if page.count else "empty").inc()

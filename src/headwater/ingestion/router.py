@@ -17,6 +17,7 @@ from headwater.identity.deps import Admin, DataRead, DataWrite
 from headwater.ingestion import changes, datasets, records, service, transactions
 from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON, RecordsInvalid
 from headwater.ingestion.groups import PushQueue
+from headwater.ingestion.readahead import ReadAhead
 from headwater.ingestion.schemas import (
     ChangesPage,
     ChangesQuery,
@@ -53,6 +54,7 @@ class IngestionServices(Services, Protocol):
     """The running service's parts that ingestion's routes use."""
 
     pushes: PushQueue
+    feed_ahead: ReadAhead
 
 
 router = APIRouter(prefix="/platform/v1", tags=["data"], route_class=StrictRoute)
@@ -291,18 +293,20 @@ async def list_records(
     },
 )
 async def list_changes(
-    query: Annotated[ChangesQuery, Query()], runtime: RuntimeDep, caller: DataRead
+    query: Annotated[ChangesQuery, Query()], request: Request, caller: DataRead
 ) -> Response:
     """A dataset's records in the order their transactions committed. Follow
     `next_cursor` (as `after`) to read every record exactly once, none skipped and none
     repeated, also while pushes and files are committing; an empty page answers the
     cursor it was given. With `wait`, an empty page waits that long for new records
     (long polling) and answers as soon as one commits."""
+    runtime: IngestionServices = request.app.state.runtime
     body = await changes.changes(
         runtime.db,
         caller,
         query,
         commits=runtime.commits,
+        ahead=runtime.feed_ahead,
         poll=runtime.settings.feed_poll_seconds,
     )
     return Response(body, media_type="application/json")
