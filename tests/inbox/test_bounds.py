@@ -4,6 +4,7 @@ the documented reply, nothing stored, and the server goes on serving."""
 
 from __future__ import annotations
 
+import base64
 import smtplib
 import socket
 import time
@@ -139,6 +140,37 @@ def test_lines_that_begin_with_a_dot_arrive_as_sent(
     assert transaction["status"] == "completed", transaction["errors"]
     ids = {r["data"]["order_id"] for r in mail_tenant.records(page_size=100)}
     assert ids == {".A-1", "..A-2", "A.3"} | {f".D-{n}" for n in range(60)}
+
+
+@pytest.mark.parametrize(("length", "code"), [(999, 250), (1000, 500)])
+def test_a_line_longer_than_1000_bytes_with_its_crlf_is_500_wherever_it_is(
+    smtp_server: Any, mail_tenant: FileTenant, inbox: dict[str, Any], length: int, code: int
+) -> None:
+    """RFC 5321 4.5.3.1.6, after 1 MiB of short lines (so in a later block than the
+    first): a line of 1,000 bytes and its CRLF is refused, one byte less is taken."""
+    ahead = base64.encodebytes(bytes(range(256)) * 4096).replace(b"\n", b"\r\n")
+    raw = (
+        (
+            f"From: ann@example.com\r\nTo: {inbox['address']}\r\nSubject: long\r\n"
+            'MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n'
+            "--b\r\nContent-Type: application/pdf\r\nContent-Transfer-Encoding: base64\r\n"
+            'Content-Disposition: attachment; filename="a.pdf"\r\n\r\n'
+        ).encode()
+        + ahead
+        + (
+            '--b\r\nContent-Type: text/csv\r\nContent-Disposition: attachment; filename="o.csv"'
+            f"\r\n\r\norder_id,amount\r\nA-1,1\r\n{'x' * (length - 2)},2\r\n--b--\r\n"
+        ).encode()
+    )
+    with smtplib.SMTP("127.0.0.1", smtp_server.port, timeout=60) as smtp:
+        smtp.ehlo()
+        smtp.mail("ann@example.com")
+        smtp.rcpt(inbox["address"])
+        answer, text = smtp.data(raw)
+        assert answer == code, text
+        assert smtp.noop()[0] == 250  # the session goes on
+    stored = _transactions(mail_tenant)
+    assert len(stored) == (1 if code == 250 else 0)
 
 
 class _Talk:
