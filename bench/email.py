@@ -7,8 +7,10 @@ PostgreSQL and the embedded store; `headwater serve` (API and file workers) and
       messages in all, each with one CSV attachment of ROWS rows
       → messages/s accepted, p50/p99 of DATA (end of data to the 250), rows/s to
         every transaction `completed`; against a bare aiosmtpd server in a process of
-        its own that accepts every message and keeps nothing (the sink), taking the same
-        messages from the same clients, A B A B → the ratios
+        its own that accepts every message and keeps nothing (the sink), and one that
+        writes each message to a file, fsyncs it and commits one row in PostgreSQL
+        before its 250 (the durable sink: the floor of accepting a message for good),
+        taking the same messages from the same clients, A F B A F B → the ratios
   (2) one message with a BIG_MB attachment → its DATA time, rows/s to `completed`
   (3) the server's connection limit (100 by default) of clients, from 10 loopback
       addresses (10 a address is the limit of one), each sending one message of about
@@ -28,13 +30,16 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import queue
 import smtplib
 import statistics
 import tempfile
 import threading
 import time
+import uuid
 from email.message import EmailMessage
 from pathlib import Path
+from typing import Any
 
 import httpx
 from tests.http_server import free_port, start_listener
@@ -66,22 +71,67 @@ def mail(to: str, name: str, data: bytes, n: int) -> bytes:
 class _Sink:
     """The anchor's handler: every message accepted, nothing kept."""
 
-    async def handle_DATA(self, _server: object, _session: object, _envelope: object) -> str:
+    async def handle_DATA(self, _server: object, _session: object, _envelope: Any) -> str:
         return "250 OK"
 
 
-def sink_server(port: int, size_limit: int) -> None:
-    """Run in a process of its own: a bare aiosmtpd server on `port`."""
+class _DurableSink:
+    """The floor of what accepting a message takes: the message written to a file and
+    fsynced, and one row committed in PostgreSQL, before the 250 (on threads, with as
+    many connections as the service's writers)."""
+
+    def __init__(self, directory: Path, database_url: str) -> None:
+        import psycopg
+
+        self.directory = directory
+        self.connections: queue.Queue[Any] = queue.Queue()
+        for _ in range(7):
+            self.connections.put(psycopg.connect(database_url, autocommit=True))
+        with self.connections.queue[0].cursor() as cursor:
+            cursor.execute("CREATE TABLE IF NOT EXISTS bench_kept (id uuid, size int)")
+
+    def keep(self, content: bytes) -> None:
+        name = uuid.uuid4()
+        with (self.directory / name.hex).open("wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        connection = self.connections.get()
+        try:
+            connection.execute("INSERT INTO bench_kept VALUES (%s, %s)", (name, len(content)))
+        finally:
+            self.connections.put(connection)
+
+    async def handle_DATA(self, _server: object, _session: object, envelope: Any) -> str:
+        await asyncio.to_thread(self.keep, envelope.content)
+        return "250 OK"
+
+
+def sink_server(port: int, size_limit: int, durable: tuple[str, str] | None = None) -> None:
+    """Run in a process of its own: a bare aiosmtpd server on `port`; with `durable`
+    (a directory, a database URL), one that keeps each message as `_DurableSink`."""
     from aiosmtpd.smtp import SMTP
+
+    handler = _DurableSink(Path(durable[0]), durable[1]) if durable else _Sink()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: SMTP(_Sink(), data_size_limit=size_limit), "127.0.0.1", port
+            lambda: SMTP(handler, data_size_limit=size_limit), "127.0.0.1", port
         )
         await server.serve_forever()
 
     asyncio.run(main())
+
+
+def start_sink(size_limit: int, durable: tuple[str, str] | None = None) -> tuple[Any, int]:
+    port = free_port()
+    process = multiprocessing.get_context("spawn").Process(
+        target=sink_server, args=(port, size_limit, durable), daemon=True
+    )
+    process.start()
+    wait_listening(port, process.is_alive)
+    return process, port
 
 
 def send_many(port: int, to: str, bodies: list[bytes], clients: int) -> tuple[float, list[float]]:
@@ -172,7 +222,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--big-mb", type=int, default=20)
     parser.add_argument("--limit-clients", type=int, default=100)
-    parser.add_argument("--file-workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument(
+        "--file-workers",
+        type=int,
+        default=os.cpu_count() or 2,
+        help="0: no file is processed; (1) measures acceptance alone, and the run ends",
+    )
     args = parser.parse_args()
 
     with (
@@ -203,23 +258,21 @@ def main() -> None:
                 {"HEADWATER_DATA_DIR": data_dir, "HEADWATER_LOG_LEVEL": "WARNING", **env},
                 Path(tmp),
             )
-            sink_port = free_port()
-            sink = multiprocessing.get_context("spawn").Process(
-                target=sink_server,
-                args=(sink_port, int(env["HEADWATER_MAX_EMAIL_BYTES"])),
-                daemon=True,
-            )
-            sink.start()
-            wait_listening(sink_port, sink.is_alive)
+            size_limit = int(env["HEADWATER_MAX_EMAIL_BYTES"])
+            kept = Path(tmp) / "kept"
+            kept.mkdir()
+            sink, sink_port = start_sink(size_limit)
+            floor, floor_port = start_sink(size_limit, (str(kept), database_url))
             try:
                 attachment = HEADER + rows(args.rows)
                 print(
                     f"(1) {args.clients} clients, {args.messages} messages, one "
                     f"{len(attachment) / 1e3:.0f} kB CSV of {args.rows:,} rows each; "
-                    "the sink (A) and the service (B), A B A B"
+                    "the sink (A), the durable sink (F) and the service (B), A F B A F B"
                 )
                 ours: list[tuple[float, float, float]] = []  # messages/s, p50, p99
                 bare: list[tuple[float, float, float]] = []
+                durable: list[tuple[float, float, float]] = []
                 for trial in (1, 2):
                     first = (trial - 1) * args.messages  # Message-IDs differ by trial
                     bodies = [
@@ -228,9 +281,14 @@ def main() -> None:
                     ]
                     took, timings = send_many(sink_port, address, bodies, args.clients)
                     bare.append((args.messages / took, *p50_p99(timings)))
+                    took, timings = send_many(floor_port, address, bodies, args.clients)
+                    durable.append((args.messages / took, *p50_p99(timings)))
                     wall = time.time()
                     took, timings = send_many(smtp.port, address, bodies, args.clients)
                     ours.append((args.messages / took, *p50_p99(timings)))
+                    if not args.file_workers:  # acceptance alone: the files stay queued
+                        print(f"    trial {trial}: the service {ours[-1][0]:.1f} messages/s")
+                        continue
                     finals = wait_completed(
                         url, headers, trial * args.messages, timeout=3600, channel="email"
                     )
@@ -242,7 +300,9 @@ def main() -> None:
                     ]
                     print(
                         f"    trial {trial}: the sink {bare[-1][0]:.1f} messages/s, DATA p50 "
-                        f"{bare[-1][1]:.0f} ms, p99 {bare[-1][2]:.0f} ms; the service "
+                        f"{bare[-1][1]:.0f} ms, p99 {bare[-1][2]:.0f} ms; the durable sink "
+                        f"{durable[-1][0]:.1f} messages/s, DATA p99 {durable[-1][2]:.0f} ms; "
+                        "the service "
                         f"{ours[-1][0]:.1f} messages/s, DATA p50 {ours[-1][1]:.0f} ms, p99 "
                         f"{ours[-1][2]:.0f} ms, all completed after {elapsed:.1f} s: "
                         f"{args.messages * args.rows / elapsed:,.0f} rows/s; "
@@ -258,6 +318,17 @@ def main() -> None:
                     "(targets <= 500 ms and <= 2x)",
                     flush=True,
                 )
+                floor_rate, _, floor_p99 = (
+                    statistics.median(m) for m in zip(*durable, strict=True)
+                )
+                print(
+                    f"    against the durable sink's {floor_rate:.1f} messages/s and DATA p99 "
+                    f"{floor_p99:.0f} ms: {rate / floor_rate:.2f} and "
+                    f"{p99 / floor_p99:.1f}x",
+                    flush=True,
+                )
+                if not args.file_workers:
+                    return
                 big_rows = 0
                 chunks = []
                 size = 0
@@ -289,6 +360,7 @@ def main() -> None:
             finally:
                 smtp.stop()
                 sink.terminate()
+                floor.terminate()
 
 
 if __name__ == "__main__":
