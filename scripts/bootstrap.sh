@@ -16,7 +16,8 @@ PYTHON_PATH="$("$PYTHON" -c 'import sys; print(sys.executable)')"
 TOOLS=.tools
 UV="$TOOLS/bin/uv"
 
-if [ ! -x "$UV" ] || [ "$("$UV" --version 2>/dev/null)" != "uv $UV_VERSION" ]; then
+# `uv --version` says "uv 0.13.8 (x86_64-unknown-linux-gnu)": its second word is the version
+if [ ! -x "$UV" ] || [ "$("$UV" --version 2>/dev/null | cut -d' ' -f2)" != "$UV_VERSION" ]; then
     echo "fetching uv $UV_VERSION into $TOOLS/ (once)" >&2
     rm -rf "$TOOLS/wheels"
     mkdir -p "$TOOLS/bin" "$TOOLS/wheels"

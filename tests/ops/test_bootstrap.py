@@ -103,3 +103,22 @@ def test_bootstrap_works_on_a_pep_668_python_with_a_fresh_home(tmp_path: Path) -
     ).stdout
     assert after == before  # nothing was installed into Debian's Python
     assert not (home / ".local").exists()
+
+    # a second start needs no network: no package index answers, and uv may not go out
+    offline = env | {
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_FIND_LINKS": "",
+        "UV_OFFLINE": "1",
+        "UV_INDEX_URL": "http://127.0.0.1:9/simple",
+    }
+    again = subprocess.run(
+        ["bash", "-c", "source scripts/bootstrap.sh && echo BOOTSTRAPPED"],
+        cwd=checkout,
+        env=offline,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode == 0 and "BOOTSTRAPPED" in again.stdout, again.stderr[-4000:]
+    assert "fetching uv" not in again.stderr
