@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 from starlette.testclient import TestClient
 
@@ -41,13 +42,13 @@ OPERATOR_SECRET = secrets.token_urlsafe(24)
 AUDIENCE = "headwater-api"
 
 
-def request_token(client: TestClient, client_id: str, client_secret: str, **extra: str) -> Any:
+def request_token(client: httpx.Client, client_id: str, client_secret: str, **extra: str) -> Any:
     """POST /oauth/token as JSON; `extra` adds or overrides members (audience, scope...)."""
     body = {"client_id": client_id, "client_secret": client_secret, "audience": AUDIENCE}
     return client.post("/oauth/token", json=body | extra)
 
 
-def get_token(client: TestClient, client_id: str, client_secret: str, **extra: str) -> str:
+def get_token(client: httpx.Client, client_id: str, client_secret: str, **extra: str) -> str:
     response = request_token(client, client_id, client_secret, **extra)
     assert response.status_code == 200, response.text
     return str(response.json()["access_token"])
@@ -57,7 +58,7 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def create_company(client: TestClient, admin: dict[str, str], name: str = "Acme") -> str:
+def create_company(client: httpx.Client, admin: dict[str, str], name: str = "Acme") -> str:
     response = client.post("/admin/v1/companies", json={"name": name}, headers=admin)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
@@ -77,7 +78,7 @@ def create_ingestion_client(
 
 
 def create_credential(
-    client: TestClient,
+    client: httpx.Client,
     admin: dict[str, str],
     company_id: str,
     scopes: list[str] | None = None,

@@ -77,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_url="/openapi.json",
     )
     if settings.embedded_idp_enabled:
+        app.include_router(token_router.grants)
         app.include_router(token_router.router)
     # Routes are matched in order, one pattern after another: the hot paths (whoami,
     # the data API with push first, the activity search, the workflow API's lists) come
@@ -110,5 +111,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware, max_bytes=settings.max_body_bytes, exempt=(UPLOAD_PATH,)
     )
     app.add_middleware(ObservabilityMiddleware)
-    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: build_openapi(app, audience=settings.audience)  # type: ignore[method-assign]
     return app

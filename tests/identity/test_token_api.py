@@ -256,3 +256,35 @@ def test_current_signing_key_cannot_be_removed(settings: Any) -> None:
                 identity.remove_signing_key(session, current.kid)
     finally:
         db.dispose()
+
+
+def test_the_documented_token_url_names_the_audience_for_clients_that_send_none(
+    client: TestClient, credential: dict[str, Any]
+) -> None:
+    """The docs page's Authorize posts to the flow's token URL with no `audience`."""
+    schemes = client.get("/openapi.json").json()["components"]["securitySchemes"]
+    token_url = schemes["oauth2"]["flows"]["clientCredentials"]["tokenUrl"]
+    assert token_url == f"/oauth/token?audience={AUDIENCE}"
+    assert schemes["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": schemes["bearer"]["description"],
+    }
+    pair = (credential["client_id"], credential["client_secret"])
+    granted = client.post(token_url, data={"grant_type": "client_credentials"}, auth=pair)
+    assert granted.status_code == 200, granted.text
+    token = granted.json()["access_token"]
+    assert jwt.decode(token, options={"verify_signature": False})["aud"] == AUDIENCE
+    assert client.get("/platform/v1/whoami", headers=auth(token)).status_code == 200
+    # the same in the body is no conflict; another is
+    same = client.post(token_url, data={"audience": AUDIENCE}, auth=pair)
+    assert same.status_code == 200, same.text
+    _oauth_error(
+        client.post(token_url, data={"audience": "other"}, auth=pair), 400, "invalid_request"
+    )
+    # in the URL, a foreign audience is refused as in the body
+    foreign = client.post(
+        "/oauth/token?audience=someone-else", data={"grant_type": "client_credentials"}, auth=pair
+    )
+    _oauth_error(foreign, 403, "access_denied")

@@ -6,9 +6,20 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
+from tests.factories import (
+    OPERATOR_ID,
+    OPERATOR_SECRET,
+    auth,
+    create_company,
+    create_credential,
+    create_ingestion_client,
+    get_token,
+)
 from tests.http_server import ServerProcess
 
 pytestmark = pytest.mark.http
@@ -27,24 +38,118 @@ FLAGS = [
 def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("docs")
     server = ServerProcess(
-        {"HEADWATER_DATA_DIR": str(data), "HEADWATER_LOG_LEVEL": "WARNING"},
+        {
+            "HEADWATER_DATA_DIR": str(data),
+            "HEADWATER_LOG_LEVEL": "WARNING",
+            "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
+            "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
+        },
         log=data / "server.log",
     ).start()
     yield server.url
     server.stop()
 
 
-def test_the_docs_page_renders_every_tag_and_an_operations_body_schema(
-    docs_server: str, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def pusher(docs_server: str) -> dict[str, str]:
+    """A credential that may push to the dataset the docs page's push example names
+    (`acme-crm`, `orders`)."""
+    with httpx.Client(base_url=docs_server, timeout=30) as client:
+        admin = auth(get_token(client, OPERATOR_ID, OPERATOR_SECRET))
+        company = create_company(client, admin)
+        create_ingestion_client(client, admin, company, "acme-crm")
+        created = client.post(
+            "/admin/v1/clients/acme-crm/datasets",
+            json={"dataset_id": "orders", "schema": {"type": "object"}},
+            headers=admin,
+        )
+        assert created.status_code == 201, created.text
+        return create_credential(client, admin, company, scopes=["data:write", "data:read"])
+
+
+def _browser(playwright: Any) -> Any:
     assert shutil.which(CHROMIUM) or Path(CHROMIUM).exists(), (
         "Chromium is missing: scripts/test installs it (apt-get install -y chromium)"
     )
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+
+
+def _try(page: Any, operation_id: str) -> tuple[str, str]:
+    """ "Try it out" on an operation, as its example stands: the status and the body."""
+    operation = page.locator(f"[id^='operations-'][id$='-{operation_id}']")
+    operation.locator(".opblock-summary").first.click()
+    operation.get_by_role("button", name="Try it out").click()
+    operation.get_by_role("button", name="Execute").click()
+    status = operation.locator(".live-responses-table .response .response-col_status").first
+    status.wait_for(timeout=30_000)
+    body = operation.locator(".live-responses-table .response-col_description pre").first
+    return status.inner_text().strip(), body.inner_text()
+
+
+def test_authorize_with_client_credentials_then_try_whoami_and_a_push(
+    docs_server: str, pusher: dict[str, str]
+) -> None:
+    """The OAuth flow of the docs page's Authorize (no `audience` of its own), then
+    "Try it out" as the page's examples stand."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = _browser(playwright)
+        page = browser.new_page()
+        page.goto(docs_server + "/docs")
+        page.wait_for_selector(".opblock-tag", timeout=30_000)
+        page.locator(".auth-wrapper .authorize").click()
+        page.fill("#client_id_clientCredentials", pusher["client_id"])
+        page.fill("#client_secret_clientCredentials", pusher["client_secret"])
+        flow = page.locator(".modal-ux .auth-container").filter(has_text="oauth2")
+        flow.locator("button.authorize").click()
+        flow.locator("button", has_text="Logout").wait_for(timeout=30_000)
+        assert "Auth Error" not in flow.inner_text()
+        page.locator(".modal-ux .btn-done").first.click()
+        status, body = _try(page, "whoami_platform_v1_whoami_get")
+        assert status == "200", body
+        assert pusher["client_id"] in body
+        status, body = _try(page, "push_json_platform_v1_data_json_post")
+        assert status == "200", body
+        assert '"records_accepted": 1' in body
+        browser.close()
+
+
+def test_a_token_pasted_as_bearer_authorises_try_it_out(
+    docs_server: str, pusher: dict[str, str]
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with httpx.Client(base_url=docs_server, timeout=30) as client:
+        token = get_token(client, pusher["client_id"], pusher["client_secret"])
+    with sync_playwright() as playwright:
+        browser = _browser(playwright)
+        page = browser.new_page()
+        page.goto(docs_server + "/docs")
+        page.wait_for_selector(".opblock-tag", timeout=30_000)
+        status, _ = _try(page, "whoami_platform_v1_whoami_get")
+        assert status == "401"  # nothing authorised yet
+        page.locator(".auth-wrapper .authorize").click()
+        page.fill("#auth-bearer-value", token)
+        page.get_by_role("button", name="Apply credentials", exact=True).click()
+        scheme = page.locator(".modal-ux .auth-container").filter(has=page.locator("form"))
+        scheme.locator("button", has_text="Logout").wait_for(timeout=30_000)
+        page.locator(".modal-ux .btn-done").first.click()
+        page.get_by_role("button", name="Execute").first.click()
+        operation = page.locator("[id$='-whoami_platform_v1_whoami_get']")
+        status_cell = operation.locator(".live-responses-table .response .response-col_status")
+        status_cell.filter(has_text="200").first.wait_for(timeout=30_000)
+        browser.close()
+
+
+def test_the_docs_page_renders_every_tag_and_an_operations_body_schema(
+    docs_server: str, tmp_path: Path
+) -> None:
     from playwright.sync_api import sync_playwright
 
     outside: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = _browser(playwright)
         page = browser.new_page()
         page.on(
             "request",

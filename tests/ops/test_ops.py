@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+import json
+from collections.abc import Iterator
+from typing import Any
 
 from starlette.testclient import TestClient
 
@@ -40,6 +43,30 @@ def test_unmatched_paths_share_one_metrics_label(client: TestClient) -> None:
     text = client.get("/metrics").text
     assert "/random/a1" not in text
     assert 'route="unmatched",status="404"' in text
+
+
+def _members(node: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every object member's schema in a schema document, with where it is."""
+    if isinstance(node, list):
+        for n, item in enumerate(node):
+            yield from _members(item, f"{where}[{n}]")
+    elif isinstance(node, dict):
+        for name, member in (node.get("properties") or {}).items():
+            yield f"{where}.{name}", member
+        for key, value in node.items():
+            if key not in ("example", "examples", "default"):
+                yield from _members(value, f"{where}/{key}")
+
+
+def test_every_text_member_has_an_example_for_the_docs_page(client: TestClient) -> None:
+    """Without one, the docs page makes a value up from the no-NUL pattern."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    missing = [
+        where
+        for where, member in _members(schemas)
+        if "^[^\\u0000]*$" in json.dumps(member) and not {"example", "examples"} & set(member)
+    ]
+    assert missing == []
 
 
 def test_openapi_is_complete(client: TestClient) -> None:
@@ -83,7 +110,10 @@ def test_openapi_is_complete(client: TestClient) -> None:
     ]:
         assert path in paths, path
     schemes = spec["components"]["securitySchemes"]
-    assert schemes["oauth2"]["flows"]["clientCredentials"]["tokenUrl"] == "/oauth/token"
+    assert (
+        schemes["oauth2"]["flows"]["clientCredentials"]["tokenUrl"]
+        == "/oauth/token?audience=headwater-api"
+    )
     for path, operations in paths.items():
         for method, operation in operations.items():
             responses = operation["responses"]

@@ -7,7 +7,7 @@ from typing import Annotated, Protocol
 
 from fastapi import Depends, Request, Security
 from fastapi.openapi.models import OAuthFlowClientCredentials, OAuthFlows
-from fastapi.security import OAuth2, SecurityScopes
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer, OAuth2, SecurityScopes
 
 from headwater.errors import InsufficientScope, MissingToken, RateLimited
 from headwater.identity.tokens import SCOPES, Principal, TokenVerifier
@@ -29,8 +29,18 @@ oauth2 = OAuth2(
     scheme_name="oauth2",
     description=(
         "OAuth 2.0 client credentials. `POST /oauth/token` with `client_id`, "
-        "`client_secret` and `audience`, then send `Authorization: Bearer <access_token>`."
+        "`client_secret` and `audience`, then send `Authorization: Bearer <access_token>`. "
+        "The flow's token URL names this API's audience in its query, so a client that "
+        "sends no `audience` of its own (this page's Authorize) gets a token for it."
     ),
+    auto_error=False,
+)
+# The same header, named as a bearer scheme too, so that a token got elsewhere (curl, the
+# Python client) can be pasted on the docs page: either scheme authorises a call.
+bearer = HTTPBearer(
+    scheme_name="bearer",
+    bearerFormat="JWT",
+    description="An access token from `POST /oauth/token`, sent as `Authorization: Bearer`.",
     auto_error=False,
 )
 
@@ -39,6 +49,7 @@ async def principal(
     security_scopes: SecurityScopes,
     request: Request,
     authorization: Annotated[str | None, Depends(oauth2)],
+    _pasted: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
     """Verify the bearer token (no database access), rate-limit its credential, check scopes.
 

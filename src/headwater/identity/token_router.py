@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 from urllib.parse import parse_qs, unquote_plus
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from headwater.errors import BadRequest
 from headwater.identity import service
 from headwater.identity.deps import IdentityRuntime
 from headwater.identity.errors import OAuthError
@@ -21,7 +23,25 @@ from headwater.kit import strictjson
 from headwater.kit.gate import GateFull
 from headwater.web.deps import StrictRoute
 
+
+class _TokenRoute(StrictRoute):
+    """The token endpoint's query is checked as every route's (no unknown parameter, no
+    U+0000), and refused as RFC 6749 5.2 says: `invalid_request`, not problem+json."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def oauth(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except BadRequest as refused:
+                raise OAuthError("invalid_request", refused.detail) from None
+
+        return oauth
+
+
 router = APIRouter(tags=["identity provider"], route_class=StrictRoute)
+grants = APIRouter(tags=["identity provider"], route_class=_TokenRoute)  # POST /oauth/token
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _FIELDS = ("grant_type", "client_id", "client_secret", "audience", "scope")
@@ -62,8 +82,9 @@ def _too_many_failures() -> OAuthError:
     )
 
 
-async def _parameters(request: Request) -> dict[str, str]:
-    """The token request's parameters from a JSON or form body plus HTTP Basic."""
+async def _parameters(request: Request, in_url: str | None) -> dict[str, str]:
+    """The token request's parameters from a JSON or form body plus HTTP Basic, and the
+    audience from the URL's query when the body has none."""
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     raw = await request.body()
     params: dict[str, Any]
@@ -90,6 +111,10 @@ async def _parameters(request: Request) -> dict[str, str]:
             "Send the token request as application/json or application/x-www-form-urlencoded.",
         )
     values = {k: params[k] for k in _FIELDS if k in params and params[k] is not None}
+    # the token URL may name the audience in its query (RFC 6749 3.2 lets an endpoint's
+    # URL carry one): the docs page's OAuth flow sends no `audience` of its own
+    if in_url is not None and values.setdefault("audience", in_url) != in_url:
+        raise OAuthError("invalid_request", "audience differs between the URL and the body.")
     wrong = sorted(k for k, v in values.items() if not isinstance(v, str))
     if wrong:
         raise OAuthError("invalid_request", f"Parameters must be strings: {', '.join(wrong)}.")
@@ -124,7 +149,7 @@ def _basic_credentials(header: str | None) -> tuple[str, str] | None:
     return unquote_plus(client_id), unquote_plus(secret)
 
 
-@router.post(
+@grants.post(
     "/oauth/token",
     summary="Get an access token (OAuth 2.0 client credentials)",
     response_model=TokenResponse,
@@ -147,12 +172,23 @@ def _basic_credentials(header: str | None) -> tuple[str, str] | None:
         }
     },
 )
-async def token(request: Request, runtime: IdentityRuntime) -> JSONResponse:
+async def token(
+    request: Request,
+    runtime: IdentityRuntime,
+    audience: Annotated[
+        str | None,
+        Query(
+            description="The audience, when the body names none (the token URL of this "
+            "API's OAuth flow carries it). Given in both, the two must be equal.",
+            examples=["headwater-api"],
+        ),
+    ] = None,
+) -> JSONResponse:
     """Exchange a client id and secret (in the body, or HTTP Basic) for a signed JWT.
 
     Errors follow RFC 6749 section 5.2 (`{"error", "error_description"}`), not problem+json.
     """
-    params = await _parameters(request)
+    params = await _parameters(request, audience)
     missing = [k for k in ("client_id", "client_secret", "audience") if not params.get(k)]
     if missing:
         raise OAuthError("invalid_request", f"Missing parameter: {', '.join(missing)}.")

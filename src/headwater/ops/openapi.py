@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -27,6 +28,11 @@ Revoking a credential or its company makes its tokens answer 401 within 10 s on 
 instance. Failed token requests are limited per address (10 a minute, then 429 for a
 minute), and the endpoint answers 429 `temporarily_unavailable` rather than queue
 without bound.
+
+**On this page.** "Authorize" offers both ways: the OAuth flow (a credential's
+`client_id` and `client_secret`; the flow's token URL carries this API's `audience` in
+its query, which the token endpoint reads when the body names none), or `bearer`, where a
+token got elsewhere is pasted. Then "Try it out" sends it with each call.
 
 **Errors.** Every error outside `/oauth/token` is RFC 9457 `application/problem+json`
 with `type`, `title`, `status`, `detail`, `code`, `request_id` and, where input was
@@ -232,12 +238,85 @@ def _forbid_nul(node: Any) -> None:
             _forbid_nul(value)
 
 
-def build_openapi(app: FastAPI) -> dict[str, Any]:
+# Examples of the text members whose models give none, by member name: without one the
+# docs page makes a value up from the no-NUL pattern (`["$>GbXV_|y@_p%..."]`).
+_EXAMPLES: dict[str, Any] = {
+    "allowed_senders": ["@example.com", "orders@supplier.example"],
+    "client_id": "acme-crm",
+    "client_ids": ["acme-crm"],
+    "code": "validation_failed",
+    "content_type": "text/csv",
+    "dataset_id": "orders",
+    "description": "Checks a new supplier's documents before the first order",
+    "detail": "1 of 2 records failed validation; nothing was stored.",
+    "download_url": "https://headwater.example/downloads/e/7f3e.parquet?expires=1767225600&signature=9c",
+    "error": "HTTP 503 from the receiver",
+    "event_types": ["transaction.completed", "transaction.rejected"],
+    "field": "data[1].amount",
+    "field_map": {"Order No": "order_id", "Total": "amount"},
+    "file_name": "orders-2026-11-27.csv",
+    "headers": {"content-type": "text/csv"},
+    "key_fingerprints": ["SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8"],
+    "keyword": "type",
+    "message": "'12.5x' is not of type 'number'",
+    "name": "Supplier onboarding",
+    "password": "hw-sftp-6Jq2vT9rWx4LmN8b",
+    "path": "/1/amount",
+    "public_keys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH0cY0rJqf5ZPjv5x6f3Q2kYt1u9 ann@laptop"],
+    "raw": "A-7;12,5;paid",
+    "request_id": "6c1f0e0c2b4d4e0e9a8d0f5d7f3e2a11",
+    "scopes": ["data:write", "data:read"],
+    "step_id": "check-documents",
+    "title": "Validation failed",
+    "type": "review",
+    "url": "https://hooks.example.com/headwater",
+}
+
+
+def _with_nul_pattern(node: Any) -> bool:
+    """Whether a member's schema holds text under the no-NUL pattern, at any depth."""
+    if isinstance(node, list):
+        return any(_with_nul_pattern(item) for item in node)
+    if not isinstance(node, dict):
+        return False
+    if node.get("pattern") == NO_NUL:
+        return True
+    return any(
+        _with_nul_pattern(node.get(key)) for key in ("items", "anyOf", "additionalProperties")
+    )
+
+
+def _holders(schema: dict[str, Any], where: str) -> list[tuple[dict[str, Any], str]]:
+    """The schema and the object schemas nested in its members' arrays."""
+    found = [(schema, where)]
+    for member, value in schema.get("properties", {}).items():
+        items = value.get("items")
+        if isinstance(items, dict) and "properties" in items:
+            found += _holders(items, f"{where}.{member}[]")
+    return found
+
+
+def _give_examples(schemas: dict[str, Any]) -> None:
+    for model, schema in schemas.items():
+        for holder, _ in _holders(schema, model):
+            for member, value in holder.get("properties", {}).items():
+                bare = not {"example", "examples"} & set(value)
+                if member in _EXAMPLES and bare and _with_nul_pattern(value):
+                    value["examples"] = [_EXAMPLES[member]]
+
+
+def build_openapi(app: FastAPI, *, audience: str) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
         title="Headwater API", version=app.version, description=DESCRIPTION, routes=app.routes
     )
+    schemes = schema.get("components", {}).get("securitySchemes", {})
+    if "oauth2" in schemes:
+        # RFC 6749 3.2: a token endpoint's URL may carry a query; the service reads
+        # `audience` from it when the body has none (the docs page's Authorize sends none)
+        flow = schemes["oauth2"]["flows"]["clientCredentials"]
+        flow["tokenUrl"] += "?" + urlencode({"audience": audience})
     schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = _PROBLEM_SCHEMA
     for name in ("HTTPValidationError", "ValidationError"):
         schema["components"]["schemas"].pop(name, None)
@@ -270,5 +349,6 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 }
     _forbid_nul(schema["components"]["schemas"])
     _forbid_nul(schema["paths"])
+    _give_examples(schema["components"]["schemas"])
     app.openapi_schema = schema
     return schema
