@@ -415,6 +415,79 @@ def test_exports_are_the_callers_companys_alone(
     assert client.get(f"/platform/v1/exports/{theirs['export_id']}").status_code == 401
 
 
+def listed(tenant: FeedTenant, **params: Any) -> Any:
+    response = tenant.client.get("/platform/v1/exports", params=params, headers=tenant.headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_the_list_answers_the_companys_exports_newest_first(
+    feed_tenant: FeedTenant, other_feed_tenant: FeedTenant
+) -> None:
+    feed_tenant.push_orders(1)
+    done, _ = export(feed_tenant, format="csv")
+    gone, _ = export(feed_tenant, format="ndjson")
+    queued = ask(feed_tenant)
+    ask(other_feed_tenant)
+    runtime: Runtime = feed_tenant.client.app.state.runtime  # type: ignore[attr-defined]
+    with runtime.db.begin() as connection:
+        connection.execute(
+            update(Export)
+            .where(Export.id == uuid.UUID(gone["export_id"]))
+            .values(available_until=utcnow() - timedelta(seconds=1))
+        )
+    assert exports.purge(runtime.db, runtime.store) >= 1
+
+    page = listed(feed_tenant)
+    # the deleted one is left out, and the other company's is never seen
+    assert [e["export_id"] for e in page["data"]] == [queued["export_id"], done["export_id"]]
+    assert page["total_entries"] == 2
+    # each as the item answers it, with a download URL once completed
+    first, second = page["data"]
+    assert first["status"] == "queued" and first["download_url"] is None
+    item = read(feed_tenant, done["export_id"])
+    assert {k: v for k, v in second.items() if k not in ("download_url", "expires_at")} == {
+        k: v for k, v in item.items() if k not in ("download_url", "expires_at")
+    }
+    assert fetch(feed_tenant.client, second["download_url"]).startswith(b'"record_id",')
+    # filters and paging
+    completed = listed(feed_tenant, status="completed")["data"]
+    assert [e["export_id"] for e in completed] == [done["export_id"]]
+    assert listed(feed_tenant, dataset_id="other")["data"] == []
+    mine = listed(feed_tenant, client_id=feed_tenant.client_id, page_size=1, page=1)
+    assert [e["export_id"] for e in mine["data"]] == [done["export_id"]]
+    assert mine["total_pages"] == 2
+
+
+def test_the_list_refuses_what_it_cannot_answer(
+    client: TestClient,
+    admin: dict[str, str],
+    feed_tenant: FeedTenant,
+    other_feed_tenant: FeedTenant,
+) -> None:
+    assert_problem(
+        feed_tenant.client.get(
+            "/platform/v1/exports",
+            params={"client_id": other_feed_tenant.client_id},
+            headers=feed_tenant.headers,
+        ),
+        403,
+    )
+    for params, member in (
+        ({"status": "done"}, "status"),
+        ({"page_size": 0}, "page_size"),
+        ({"format": "csv"}, "format"),
+    ):
+        response = feed_tenant.client.get(
+            "/platform/v1/exports", params=params, headers=feed_tenant.headers
+        )
+        assert member in assert_problem(response, 400)["detail"] + response.text
+    writer = create_credential(client, admin, feed_tenant.company_id, scopes=["data:write"])
+    token = get_token(client, writer["client_id"], writer["client_secret"])
+    assert_problem(client.get("/platform/v1/exports", headers=auth(token)), 403)
+    assert client.get("/platform/v1/exports").status_code == 401
+
+
 def test_the_api_does_not_load_pyarrow() -> None:
     """pyarrow is the worker's (exports/runner.py): the API's start-up never pays for it."""
     import subprocess

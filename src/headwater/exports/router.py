@@ -12,9 +12,10 @@ from starlette.responses import FileResponse, Response
 
 from headwater.errors import NotFound
 from headwater.exports import service
-from headwater.exports.schemas import MEDIA_TYPES, ExportCreate, ExportRead
+from headwater.exports.schemas import MEDIA_TYPES, ExportCreate, ExportQuery, ExportRead
 from headwater.files.stores import DOWNLOAD_PATH, EmbeddedStore, Store
 from headwater.identity.deps import DataRead
+from headwater.kit.pagination import Page
 from headwater.web.deps import (
     ReadSessionDep,
     Services,
@@ -61,6 +62,27 @@ def create_export(
     runtime.exports_queued.set()
     answer = service.view(export)
     return json_response(answer, status_code=status.HTTP_202_ACCEPTED)
+
+
+@router.get(
+    "/exports",
+    response_model=Page[ExportRead],
+    responses={403: {"description": "The token may not use this ingestion client."}},
+)
+def list_exports(
+    query: Annotated[ExportQuery, Query()],
+    session: ReadSessionDep,
+    caller: DataRead,
+    runtime: ExportsRuntime,
+) -> Response:
+    """The company's exports, newest first (a token limited to some ingestion clients
+    sees theirs): each as `GET /platform/v1/exports/{export_id}` answers it, with a
+    `download_url` once `completed`. Exports whose file was deleted at the end of its
+    lifetime (`HEADWATER_EXPORT_RETENTION_HOURS`) are left out."""
+    lifetime = timedelta(seconds=runtime.settings.export_url_lifetime_seconds)
+    rows, total = service.list_exports(session, caller, query)
+    items = [service.view(row, store=runtime.store, url_lifetime=lifetime) for row in rows]
+    return json_response(Page[ExportRead].of(items, params=query, total=total))
 
 
 @router.get(

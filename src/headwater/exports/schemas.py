@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, model_validator
 from headwater.identity.schemas import ClientId
 from headwater.ingestion.schemas import DatasetId
 from headwater.kit.clock import InputDateTime, Timestamp
+from headwater.kit.pagination import PageQuery
 from headwater.kit.schemas import Input, Output
 
 ExportFormat = Literal["parquet", "ndjson", "csv"]
@@ -109,3 +110,9 @@ class ExportRead(Output):
     created_at: Timestamp
     started_at: Timestamp | None = Field(description="When a worker began writing the file.")
     completed_at: Timestamp | None
+
+
+class ExportQuery(PageQuery):
+    client_id: ClientId | None = Field(None, description="Only this ingestion client's.")
+    dataset_id: DatasetId | None = Field(None, description="Only this dataset's.")
+    status: ExportStatus | None = Field(None, description="Only exports in this status.")

@@ -20,11 +20,12 @@ from headwater.events import outbox
 from headwater.exports import metrics
 from headwater.exports.errors import DownloadRefused, ExportExpired, ExportNotFound
 from headwater.exports.models import Export
-from headwater.exports.schemas import ExportCreate, ExportRead
+from headwater.exports.schemas import ExportCreate, ExportQuery, ExportRead
 from headwater.files.stores import EmbeddedStore, Store
 from headwater.identity.tokens import Principal
 from headwater.ingestion import api as ingestion
 from headwater.kit.clock import utcnow, utcnow_ms
+from headwater.kit.pagination import paginate
 
 log = structlog.get_logger("headwater.exports")
 
@@ -87,6 +88,22 @@ def get(session: Session, caller: Principal, export_id: uuid.UUID) -> Export:
             "(HEADWATER_EXPORT_RETENTION_HOURS); ask for a new export."
         )
     return export
+
+
+def list_exports(
+    session: Session, caller: Principal, query: ExportQuery
+) -> tuple[Sequence[Export], int]:
+    """The caller's company's exports (its clients' only, when its token names some),
+    newest first; those whose file was deleted at the end of its lifetime are left out."""
+    statement = ingestion.visible_to(caller, Export).where(Export.deleted_at.is_(None))
+    if query.client_id is not None:
+        ingestion.usable_client(session, caller, query.client_id)
+        statement = statement.where(Export.client_id == query.client_id)
+    if query.dataset_id is not None:
+        statement = statement.where(Export.dataset_id == query.dataset_id)
+    if query.status is not None:
+        statement = statement.where(Export.status == query.status)
+    return paginate(session, statement, Export.created_at.desc(), Export.id, params=query)
 
 
 def filename(export: Export) -> str:

@@ -32,7 +32,7 @@ from headwater.db import Database
 from headwater.identity.tokens import Principal
 from headwater.ingestion import check, datasets, lifecycle, sinks, staging
 from headwater.ingestion.check import Errors
-from headwater.ingestion.datasets import UsableTree, usable_tree
+from headwater.ingestion.datasets import UsableTree, usable_client, usable_tree
 from headwater.ingestion.datasets import find as find_dataset
 from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.lifecycle import Channel, Status
@@ -77,6 +77,7 @@ __all__ = [
     "started",
     "store_rows",
     "transaction_read",
+    "usable_client",
     "usable_tree",
     "visible_to",
 ]
