@@ -393,3 +393,69 @@ def test_two_workers_send_each_event_once(
     ids = [r.headers["webhook-id"] for r in receiver.requests("/shared")]
     assert len(ids) == 100
     assert len(set(ids)) == 100
+
+
+def test_a_test_event_goes_to_its_endpoint_alone_signed_and_never_to_the_feed(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    tested = worker.endpoint(receiver.at("/tested"), ["transaction.completed"])
+    other = worker.endpoint(receiver.at("/other"), ["*"])
+    _, cursor = hooks.follow()
+    sent = hooks.client.post(f"{ENDPOINTS}/{tested['id']}/test", headers=hooks.headers)
+    assert sent.status_code == 202, sent.text
+    (request,) = receiver.wait_for("/tested")
+    payload = verified(tested["secret"], request)
+    assert payload["id"] == sent.json()["event_id"] == request.headers["webhook-id"]
+    assert payload["type"] == "webhook.test"
+    assert payload["data"] == {"endpoint_id": tested["id"]}
+    assert payload["company_id"] == hooks.company_id
+    (delivery,) = hooks.wait_deliveries(tested["id"], delivered)
+    assert delivery["event_type"] == "webhook.test"
+    # not in the feed, not to the endpoint that wants every type, not in a replay
+    hooks.push(1)
+    after, _ = hooks.follow(cursor)
+    assert [e["type"] for e in after] == ["transaction.completed"]
+    receiver.wait_for("/other")
+    time.sleep(0.5)
+    assert [r.headers["webhook-id"] for r in receiver.requests("/other")] == [after[0]["id"]]
+    replayed = hooks.client.post(
+        f"{ENDPOINTS}/{other['id']}/replay",
+        json={"since": "2026-01-01T00:00:00Z"},
+        headers=hooks.headers,
+    )
+    assert replayed.status_code == 202, replayed.text
+    replayed_types = sorted(d["event_type"] for d in hooks.deliveries(other["id"]))
+    # the dataset's registration, before the endpoint, and the push: never the test
+    assert replayed_types == ["dataset.schema_version_added", "transaction.completed"]
+    assert replayed.json() == {"queued": 2}
+
+
+def test_a_test_event_to_a_disabled_endpoint_waits_until_it_is_enabled(
+    hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    worker = hooks.using(delivering)
+    endpoint = worker.endpoint(receiver.at("/later"))
+    path = f"{ENDPOINTS}/{endpoint['id']}"
+    hooks.client.patch(path, json={"status": "disabled"}, headers=hooks.headers)
+    sent = hooks.client.post(f"{path}/test", headers=hooks.headers)
+    assert sent.status_code == 202, sent.text
+    time.sleep(1)
+    assert receiver.requests("/later") == []
+    hooks.client.patch(path, json={"status": "enabled"}, headers=hooks.headers)
+    (request,) = receiver.wait_for("/later")
+    assert request.headers["webhook-id"] == sent.json()["event_id"]
+
+
+def test_a_test_event_answers_404_for_an_endpoint_not_the_callers(
+    hooks: HookTenant, other_hooks: HookTenant, delivering: TestClient, receiver: Receiver
+) -> None:
+    theirs = other_hooks.using(delivering).endpoint(receiver.at("/theirs"))
+    for endpoint_id in (theirs["id"], str(uuid.uuid4())):
+        response = hooks.client.post(f"{ENDPOINTS}/{endpoint_id}/test", headers=hooks.headers)
+        assert response.status_code == 404, response.text
+        assert response.json()["code"] == "webhook_endpoint_not_found"
+    assert other_hooks.deliveries(theirs["id"]) == []
+    response = hooks.client.post(f"{ENDPOINTS}/not-a-uuid/test", headers=hooks.headers)
+    assert response.status_code == 400, response.text
+    assert hooks.client.post(f"{ENDPOINTS}/{theirs['id']}/test").status_code == 401

@@ -35,6 +35,7 @@ from headwater.webhooks.schemas import (
     ReplayIn,
     ReplayQueued,
     SecretRotated,
+    SentTest,
 )
 
 
@@ -206,6 +207,23 @@ def list_deliveries(
             session, company_id=caller.actor.company_id, endpoint_id=endpoint_id, query=query
         )
     )
+
+
+@router.post(
+    "/webhook_endpoints/{endpoint_id}/test",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=SentTest,
+    responses=NOT_FOUND,
+)
+def send_test(endpoint_id: EndpointId, session: SessionDep, caller: WebhooksManage) -> object:
+    """Send this endpoint alone a `webhook.test` event (`data`: `{"endpoint_id"}`),
+    signed and retried like any other and listed in its deliveries; it is never in the
+    event feed, and no other endpoint gets it. A disabled endpoint's test waits until
+    the endpoint is enabled."""
+    event_id = service.send_test(
+        session, company_id=caller.actor.company_id, endpoint_id=endpoint_id
+    )
+    return json_response(SentTest(event_id=event_id), status_code=202)
 
 
 @router.post(

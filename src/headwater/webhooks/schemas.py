@@ -312,3 +312,10 @@ class ReplayIn(Input):
 
 class ReplayQueued(Output):
     queued: int = Field(examples=[12])
+
+
+class SentTest(Output):
+    event_id: uuid.UUID = Field(
+        description="The `webhook.test` event's id: its delivery's `webhook-id`.",
+        examples=["0b7c6f9e-3d0a-4c55-9a51-2f1d5e8c7a10"],
+    )
