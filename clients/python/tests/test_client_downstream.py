@@ -63,6 +63,11 @@ def test_export_waits_and_downloads_with_progress(tenant: Tenant, tmp_path: Path
         assert queued.status == "queued" and queued.download_url is None
         with pytest.raises(NotFound):
             hw.get_export("00000000-0000-4000-8000-000000000000")
+        listed = [e.export_id for e in hw.list_exports(dataset_id="orders")]
+        assert listed == [queued.export_id, done.export_id]
+        completed = list(hw.list_exports(status="completed"))  # the csv one may be too
+        assert done.export_id in [e.export_id for e in completed]
+        assert {e.status for e in completed} == {"completed"}
 
 
 def test_cli_follows_with_a_cursor_file_and_exports_to_a_file(
@@ -90,3 +95,6 @@ def test_cli_follows_with_a_cursor_file_and_exports_to_a_file(
     assert target.read_text().count("\n") == 4  # header and three records
     shown = run(tenant.env(), "exports", "show", answer["export_id"], "--json")
     assert json_lines(shown.stdout)[0]["export_id"] == answer["export_id"]
+    listed = run(tenant.env(), "exports", "list", "-d", "orders", "--status", "completed")
+    assert listed.returncode == 0, listed.stderr
+    assert answer["export_id"] in listed.stdout and "completed" in listed.stdout

@@ -143,6 +143,15 @@ def test_the_cli_manages_endpoints_and_verify_checks_real_deliveries(
     again = receiver.wait_for("/cli", 2)[1]
     assert webhooks.verify(endpoint["secret"], again.headers, again.body)["id"] == event["id"]
 
+    tested = run(env, "webhooks", "test", endpoint["id"], "--json")
+    assert tested.returncode == 0, tested.stderr
+    test_id = json.loads(tested.stdout)["event_id"]
+    third = receiver.wait_for("/cli", 3)[2]
+    sent = webhooks.verify(endpoint["secret"], third.headers, third.body)
+    assert sent["id"] == test_id and sent["type"] == "webhook.test"
+    with tenant.client() as client:
+        assert client.send_webhook_test(endpoint["id"]) != test_id
+
     rotated = run(env, "webhooks", "rotate", endpoint["id"])
     assert rotated.stdout.strip().startswith("whsec_")
     disabled = run(env, "webhooks", "update", endpoint["id"], "--status", "disabled", "--json")

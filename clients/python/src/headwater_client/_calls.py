@@ -463,6 +463,16 @@ def replay_webhooks(
     )
 
 
+def test_webhook(endpoint_id: str) -> Call[str]:
+    """Send the endpoint alone a `webhook.test` event; the event's id (its delivery's
+    `webhook-id`)."""
+    return Call(
+        "POST",
+        f"{ENDPOINTS}/{segment(endpoint_id)}/test",
+        lambda response: str(_json(response)["event_id"]),
+    )
+
+
 def changes(
     client_id: str,
     dataset_id: str,
@@ -502,3 +512,15 @@ def create_export(
 def export(export_id: str) -> Call[Export]:
     """One export; once completed, with a freshly signed `download_url`."""
     return resource("GET", f"{EXPORTS}/{segment(export_id)}", Export)
+
+
+def exports(
+    *,
+    client_id: str | None = None,
+    dataset_id: str | None = None,
+    status: str | None = None,
+    page_size: int = 100,
+) -> PageCall[Export]:
+    """The company's exports, newest first; `status` queued, running, completed or failed."""
+    params = query(client_id=client_id, dataset_id=dataset_id, status=status, page_size=page_size)
+    return pages(Export, EXPORTS, params)

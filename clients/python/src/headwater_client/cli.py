@@ -387,6 +387,14 @@ def cmd_exports_create(client: Client, args: argparse.Namespace) -> None:
     _print_export(exported, as_json=args.json)
 
 
+def cmd_exports_list(client: Client, args: argparse.Namespace) -> None:
+    pager = client.list_exports(
+        client_id=args.client_id, dataset_id=args.dataset_id, status=args.status
+    )
+    columns = ["export_id", "dataset_id", "format", "status", "record_count", "created_at"]
+    _rows(_limited(pager, args.limit), columns, as_json=args.json)
+
+
 def cmd_exports_show(client: Client, args: argparse.Namespace) -> None:
     _print_export(client.get_export(args.export_id), as_json=args.json)
 
@@ -583,6 +591,14 @@ def cmd_webhooks_deliveries(client: Client, args: argparse.Namespace) -> None:
     _print_dicts(rows)
 
 
+def cmd_webhooks_test(client: Client, args: argparse.Namespace) -> None:
+    event_id = client.send_webhook_test(args.endpoint_id)
+    if args.json:
+        _print_json({"event_id": event_id})
+    else:
+        print(f"sent webhook.test {event_id}")
+
+
 def cmd_webhooks_replay(client: Client, args: argparse.Namespace) -> None:
     queued = client.replay_webhooks(
         args.endpoint_id, since=args.since, until=args.until, only_failed=args.only_failed
@@ -742,6 +758,11 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--wait", action="store_true", help="wait until the export is done")
     create.add_argument("-f", "--file", help="wait, then download the file here")
     create.add_argument("--timeout", type=float, default=3600, help="seconds to wait (3600)")
+    listed = command(exports, "list", cmd_exports_list, "the company's exports, newest first")
+    listed.add_argument("-c", "--client-id", help="only this ingestion client's")
+    listed.add_argument("-d", "--dataset-id", help="only this dataset's")
+    listed.add_argument("--status", choices=["queued", "running", "completed", "failed"])
+    limit_option(listed)
     shown = command(exports, "show", cmd_exports_show, "one export")
     shown.add_argument("export_id")
     fetched = command(
@@ -827,6 +848,9 @@ def _parser() -> argparse.ArgumentParser:
     deliveries.add_argument("endpoint_id")
     deliveries.add_argument("--status", choices=["pending", "delivered", "failed"])
     limit_option(deliveries)
+    command(
+        webhooks, "test", cmd_webhooks_test, "send the endpoint alone a webhook.test event"
+    ).add_argument("endpoint_id")
     replay = command(webhooks, "replay", cmd_webhooks_replay, "deliver a window's events again")
     replay.add_argument("endpoint_id")
     replay.add_argument("--since", required=True, help="ISO 8601 date-time, inclusive")

@@ -253,6 +253,7 @@ class Client(BaseClient):
     get_changes = fetch(calls.changes)
     create_export = fetch(calls.create_export)
     get_export = fetch(calls.export)
+    list_exports = listing(calls.exports)
 
     def follow(
         self,
@@ -385,3 +386,4 @@ class Client(BaseClient):
     rotate_webhook_secret = fetch(calls.rotate_webhook_secret)
     list_webhook_deliveries = listing(calls.webhook_deliveries)
     replay_webhooks = fetch(calls.replay_webhooks)
+    send_webhook_test = fetch(calls.test_webhook)
