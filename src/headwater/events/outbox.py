@@ -49,6 +49,24 @@ def event(
     }
 
 
+# The place of an event kept off the log: before every position (they start at 1), so no
+# feed, fan-out or replay ever takes it; its writer delivers it (a webhook test event).
+OFF_THE_LOG = 0
+
+
+def off_the_log(type: str, *, company_id: uuid.UUID, data: dict[str, Any]) -> dict[str, Any]:
+    """An event's columns, for an event no feed shows and no endpoint subscribes to."""
+    return {
+        "id": uuid.uuid4(),
+        "type": type,
+        "company_id": company_id,
+        "created_at": utcnow_ms(),
+        "transaction_id": None,
+        "data": data,
+        "pos": OFF_THE_LOG,
+    }
+
+
 def write(connection: Connection, events: Sequence[dict[str, Any]]) -> None:
     """Add events to the connection's database transaction (one executemany)."""
     if events:

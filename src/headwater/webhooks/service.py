@@ -8,9 +8,10 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import and_, insert, literal, select, update
+from sqlalchemy import and_, literal, select, update
 from sqlalchemy.orm import Session
 
+from headwater.events import outbox
 from headwater.events.models import Event
 from headwater.kit.actor import Actor
 from headwater.kit.clock import utcnow_ms
@@ -207,7 +208,7 @@ def replay(
         Event.company_id == company_id,
         Event.created_at >= body.since,
         Event.created_at < until,
-        Event.pos > 0,  # placed in the log: not a test event (`send_test`)
+        Event.pos > outbox.OFF_THE_LOG,  # in the log: not a test event (`send_test`)
     ]
     if "*" not in endpoint.event_types:
         matching.append(Event.type.in_(endpoint.event_types))
@@ -249,40 +250,27 @@ def replay(
     return int(queued)
 
 
-# A test event's type, and its place: 0, before every position of the log, so that no
-# feed, fan-out or replay ever takes it (positions start at 1).
 TEST_EVENT = "webhook.test"
-TEST_PLACE = 0
 
 
 def send_test(session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID) -> uuid.UUID:
-    """A `webhook.test` event for this endpoint alone: the event (never in the feed) and
-    its one delivery, due now (a disabled endpoint's waits until it is enabled, as a
-    replay's does), signed and retried like any other. The event's id."""
+    """A `webhook.test` event for this endpoint alone: the event, off the log (never in
+    a feed, a fan-out or a replay), and its one delivery, due now (a disabled endpoint's
+    waits until it is enabled, as a replay's does), signed and retried like any other.
+    The event's id."""
     endpoint = _owned(session, company_id, endpoint_id)
-    now = utcnow_ms()
-    event_id = uuid.uuid4()
-    session.execute(
-        insert(Event),
-        [
-            {
-                "id": event_id,
-                "type": TEST_EVENT,
-                "company_id": company_id,
-                "created_at": now,
-                "data": {"endpoint_id": str(endpoint.id)},
-                "pos": TEST_PLACE,
-            }
-        ],
+    row = outbox.off_the_log(
+        TEST_EVENT, company_id=company_id, data={"endpoint_id": str(endpoint.id)}
     )
+    outbox.write(session.connection(), [row])
     event = select(
         literal(endpoint.id, WebhookDelivery.endpoint_id.type).label("endpoint_id"),
         Event.seq,
         Event.id,
         Event.type,
         Event.created_at,
-    ).where(Event.id == event_id)
-    due = now if endpoint.status == "enabled" else None
-    session.execute(dispatch.deliveries_of(event, now, due=due))
+    ).where(Event.id == row["id"])
+    due = row["created_at"] if endpoint.status == "enabled" else None
+    session.execute(dispatch.deliveries_of(event, row["created_at"], due=due))
     session.flush()
-    return event_id
+    return uuid.UUID(str(row["id"]))
