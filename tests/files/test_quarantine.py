@@ -236,3 +236,74 @@ def test_resubmissions_at_once_store_each_row_once(quarantine_tenant: FileTenant
         headers=quarantine_tenant.headers,
     ).json()
     assert page["total_entries"] == rows  # none twice
+
+
+def correct(tenant: FileTenant, transaction_id: str, body: Any, status: int = 201) -> Any:
+    response = tenant.client.post(
+        f"/platform/v1/transactions/{transaction_id}/resubmit", json=body, headers=tenant.headers
+    )
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def test_corrected_rows_are_checked_and_stored_in_a_transaction_linked_to_the_old(
+    quarantine_tenant: FileTenant,
+) -> None:
+    first = quarantine_tenant.upload(BODY)["transaction_id"]
+    assert quarantine_tenant.transaction(first)["resubmit_of"] is None
+    fixed = correct(
+        quarantine_tenant,
+        first,
+        {
+            "rows": [
+                {"line": 3, "data": {"order_id": "A-2", "amount": " 2 ", "quantity": "2"}},
+                {"line": 5, "data": {"order_id": "A-4", "amount": "4", "quantity": "x"}},
+            ]
+        },
+    )
+    assert fixed["resubmit_of"] == first and fixed["status"] == "completed"
+    assert (fixed["records_received"], fixed["records_accepted"]) == (2, 1)
+    assert fixed["records_rejected"] == 1
+    assert quarantine_tenant.transaction(fixed["transaction_id"]) == fixed
+    # normalised and validated as a push's record is
+    stored = quarantine_tenant.records(transaction_id=fixed["transaction_id"])
+    expected = {"order_id": "A-2", "amount": 2, "quantity": 2, "channel": "web"}  # a default
+    assert [r["data"] for r in stored] == [expected]
+    # the correction that still fails moved to the new transaction, as corrected
+    (still,) = quarantine(quarantine_tenant, fixed["transaction_id"])["data"]
+    assert still["line"] == 5 and still["raw"] is None
+    assert still["data"] == {"order_id": "A-4", "amount": "4", "quantity": "x"}
+    assert still["errors"][0]["path"] == "/quantity"
+    # the row nobody corrected stays open on the first transaction
+    assert [r["line"] for r in quarantine(quarantine_tenant, first)["data"]] == [4]
+
+
+def test_a_correction_of_a_line_not_quarantined_refuses_them_all(
+    quarantine_tenant: FileTenant,
+) -> None:
+    first = quarantine_tenant.upload(BODY)["transaction_id"]
+    good = {"line": 3, "data": {"order_id": "A-2", "amount": 2, "quantity": 2}}
+    for line in (2, 99):  # a stored row's line; no row's
+        problem = correct(
+            quarantine_tenant,
+            first,
+            {"rows": [good, {"line": line, "data": {"order_id": "Z"}}]},
+            status=400,
+        )
+        assert problem["code"] == "not_quarantined"
+        assert f"[{line}]" in problem["detail"]
+    for body, member in (
+        ({"rows": []}, "rows"),
+        ({"rows": [good, good]}, "more than once"),
+        ({"rows": [{"line": 0, "data": {}}]}, "line"),
+        ({"rows": [{"line": "3", "data": {}}]}, "line"),
+        ({"rows": [{"line": 3, "data": [1]}]}, "data"),
+        ({"rows": [{"line": 3, "data": {"a\u0000": 1}}]}, "U+0000"),
+        ({"rows": [good], "other": 1}, "other"),
+    ):
+        problem = correct(quarantine_tenant, first, body, status=400)
+        assert member in str(problem), (body, problem)
+    # nothing was resubmitted: every row is still open on the first transaction
+    assert [r["line"] for r in quarantine(quarantine_tenant, first)["data"]] == [3, 4, 5]
+    assert quarantine_tenant.records(transaction_id=first) != []
+    assert len(quarantine_tenant.transactions()["data"]) == 1

@@ -48,6 +48,7 @@ def test_transaction_details(data_tenant: DataTenant) -> None:
         "uploaded_at": None,
         "started_at": None,
         "completed_at": body["completed_at"],
+        "resubmit_of": None,
     }
     assert body["completed_at"] >= body["created_at"]
 

@@ -261,6 +261,11 @@ MATRIX = [
     ),
     Row(
         "POST",
+        "/platform/v1/webhook_endpoints/{endpoint_id}/test",
+        "/platform/v1/webhook_endpoints/{hook}/test",
+    ),
+    Row(
+        "POST",
         "/platform/v1/webhook_endpoints/{endpoint_id}/replay",
         "/platform/v1/webhook_endpoints/{hook}/replay",
         body={"since": "2026-01-01T00:00:00Z"},
@@ -278,6 +283,7 @@ MATRIX = [
         body={"client_id": "{client_id}", "dataset_id": "orders", "format": "parquet"},
     ),
     Row("GET", "/platform/v1/exports/{export_id}", "/platform/v1/exports/{export}"),
+    Row("GET", "/platform/v1/exports", "/platform/v1/exports", params={"client_id": "{client_id}"}),
 ]
 
 # Operations that name no company resource: lists of one's own company (checked below),

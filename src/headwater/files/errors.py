@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from headwater.errors import (
+    BadRequest,
     Conflict,
     Forbidden,
     PayloadTooLarge,
@@ -40,3 +41,10 @@ class NothingToResubmit(Conflict):
 class BadNotificationSecret(Unauthorized):
     code = "invalid_notification_secret"
     title = "Invalid notification secret"
+
+
+class NotQuarantined(BadRequest):
+    """A correction for a line that is not an open quarantined row of the transaction."""
+
+    code = "not_quarantined"
+    title = "Row not quarantined"

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from headwater.db import Database
-from headwater.files.errors import NothingToResubmit
+from headwater.files.errors import NothingToResubmit, NotQuarantined
 from headwater.files.models import QuarantinedRow
 from headwater.files.processing import MAX_ROW_ERRORS, Tally
 from headwater.files.schemas import QuarantineQuery
@@ -38,12 +38,17 @@ RESUBMIT_CHUNK = 1000
 
 
 def resubmit(
-    db: Database, caller: Principal, transaction_id: uuid.UUID
+    db: Database,
+    caller: Principal,
+    transaction_id: uuid.UUID,
+    corrections: Mapping[int, dict[str, Any]] | None = None,
 ) -> ingestion.TransactionRead:
     """Validate a file transaction's open quarantined rows against the dataset's current
-    schema in a new transaction: valid rows are stored, the others move to it with their
-    new errors. One database transaction: all of it happens, or none. Answers the new
-    transaction as read after the commit."""
+    schema in a new transaction (`resubmit_of` the old one): valid rows are stored, the
+    others move to it with their new errors. With `corrections` (data by line), only
+    those rows, each with its corrected data; a line that is not an open quarantined row
+    of the transaction refuses them all (400). One database transaction: all of it
+    happens, or none. Answers the new transaction as read after the commit."""
     with db.read_session() as session:
         source = ingestion.file_transaction(session, caller, transaction_id)
     if source.status == ingestion.Status.PROCESSING:
@@ -57,22 +62,23 @@ def resubmit(
         check = target.check
         tally = Tally()
         after = 0
+        found: set[int] = set()
         while True:
+            chosen = select(
+                QuarantinedRow.seq,
+                QuarantinedRow.line,
+                QuarantinedRow.record,
+                QuarantinedRow.data,
+                QuarantinedRow.errors,
+            ).where(
+                QuarantinedRow.transaction_id == transaction_id,
+                QuarantinedRow.resolved_by.is_(None),
+                QuarantinedRow.seq > after,
+            )
+            if corrections is not None:
+                chosen = chosen.where(QuarantinedRow.line.in_(list(corrections)))
             rows = connection.execute(
-                select(
-                    QuarantinedRow.seq,
-                    QuarantinedRow.line,
-                    QuarantinedRow.record,
-                    QuarantinedRow.data,
-                    QuarantinedRow.errors,
-                )
-                .where(
-                    QuarantinedRow.transaction_id == transaction_id,
-                    QuarantinedRow.resolved_by.is_(None),
-                    QuarantinedRow.seq > after,
-                )
-                .order_by(QuarantinedRow.seq)
-                .limit(RESUBMIT_CHUNK)
+                chosen.order_by(QuarantinedRow.seq).limit(RESUBMIT_CHUNK)
             ).all()
             if not rows:
                 break
@@ -81,8 +87,14 @@ def resubmit(
             for row in rows:
                 tally.received += 1
                 errors: list[dict[str, Any]] = row.errors
-                if row.data is not None:
-                    cleaned, errors = ingestion.check_one(check, row.data)
+                data = row.data
+                moved: dict[str, Any] = {}
+                if corrections is not None:
+                    found.add(row.line)
+                    data = corrections[row.line]
+                    moved = {"data": data, "raw": None}
+                if data is not None:
+                    cleaned, errors = ingestion.check_one(check, data)
                     if not errors:
                         stored.append(cleaned)
                         connection.execute(
@@ -95,10 +107,20 @@ def resubmit(
                 connection.execute(
                     update(QuarantinedRow)
                     .where(QuarantinedRow.seq == row.seq)
-                    .values(transaction_id=new_id, errors=errors[:MAX_ROW_ERRORS])
+                    .values(transaction_id=new_id, errors=errors[:MAX_ROW_ERRORS], **moved)
                 )
             tally.accepted += len(stored)
             ingestion.store_rows(connection, target, stored, transaction_id=new_id)
+        if corrections is not None and len(found) < len(corrections):
+            missing = sorted(set(corrections) - found)
+            raise NotQuarantined(
+                f"Lines {missing} are not open quarantined rows of transaction "
+                f"{transaction_id}; nothing was resubmitted.",
+                errors=[
+                    {"location": "body", "field": "/rows", "message": f"line {line} not open"}
+                    for line in missing[:MAX_ROW_ERRORS]
+                ],
+            )
         if not tally.received:
             raise NothingToResubmit(f"Transaction {transaction_id} has no open quarantined rows.")
         ingestion.record_finished(

@@ -13,7 +13,13 @@ from starlette.responses import Response
 
 from headwater.errors import MalformedJSON, NotFound
 from headwater.files import quarantine, service
-from headwater.files.schemas import QuarantinedRowRead, QuarantineQuery, UploadUrl, UploadUrlQuery
+from headwater.files.schemas import (
+    QuarantinedRowRead,
+    QuarantineQuery,
+    ResubmitIn,
+    UploadUrl,
+    UploadUrlQuery,
+)
 from headwater.files.stores import UPLOAD_PATH, EmbeddedStore, Store
 from headwater.identity.deps import DataRead, DataWrite
 from headwater.ingestion.api import TransactionRead
@@ -95,6 +101,10 @@ def list_quarantine(
     response_model=TransactionRead,
     status_code=status.HTTP_201_CREATED,
     responses={
+        400: {
+            "description": "A correction's line is not an open quarantined row of the "
+            "transaction (`not_quarantined`), or the body is not as described."
+        },
         404: {"description": "No such file transaction for this token."},
         409: {
             "description": "The transaction has no open quarantined rows, or its file is"
@@ -102,11 +112,24 @@ def list_quarantine(
         },
     },
 )
-def resubmit(transaction_id: TransactionIdPath, caller: DataWrite, runtime: FilesRuntime) -> object:
+def resubmit(
+    transaction_id: TransactionIdPath,
+    caller: DataWrite,
+    runtime: FilesRuntime,
+    body: ResubmitIn | None = None,
+) -> object:
     """Validate the open quarantined rows again, against the dataset's current schema, in
-    a new transaction: rows that pass are stored; the others move to the new transaction
-    with their new errors. Answers the new transaction."""
-    return json_response(quarantine.resubmit(runtime.db, caller, transaction_id), status_code=201)
+    a new transaction (its `resubmit_of` names this one): rows that pass are stored; the
+    others move to the new transaction with their new errors. Answers the new
+    transaction.
+
+    With a body, `rows` corrects some rows by `line`: only those are resubmitted, each
+    with its corrected `data`, checked as a push's record is; the other open rows stay
+    where they are. A line that is not an open quarantined row of the transaction
+    answers 400 `not_quarantined`, and nothing is resubmitted."""
+    corrections = None if body is None else {row.line: row.data for row in body.rows}
+    answer = quarantine.resubmit(runtime.db, caller, transaction_id, corrections)
+    return json_response(answer, status_code=201)
 
 
 _FILE_BODY = {"schema": {"type": "string", "format": "binary"}}

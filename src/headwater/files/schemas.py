@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from headwater.identity.schemas import ClientId
 from headwater.ingestion.api import DatasetId
@@ -78,3 +79,33 @@ class QuarantineQuery(PageQuery):
     status: Literal["open", "resolved", "all"] = Field(
         "open", description="`open`: rows not yet stored (default); `resolved`; `all`."
     )
+
+
+MAX_CORRECTIONS = 1000
+
+
+class Correction(Input):
+    line: int = Field(ge=1, strict=True, description="The quarantined row's `line`.", examples=[3])
+    data: dict[str, Any] = Field(
+        description="The row as it should have been: checked as a push's record is "
+        "(normalised, validated against the dataset's current schema version).",
+        examples=[{"order_id": "A-2", "amount": 2, "quantity": 2}],
+    )
+
+
+class ResubmitIn(Input):
+    """Corrections of some quarantined rows, by line: only those rows are resubmitted."""
+
+    rows: list[Correction] = Field(
+        min_length=1,
+        max_length=MAX_CORRECTIONS,
+        description=f"1-{MAX_CORRECTIONS} corrected rows, each line at most once.",
+    )
+
+    @model_validator(mode="after")
+    def _each_line_once(self) -> ResubmitIn:
+        counted = Counter(row.line for row in self.rows)
+        repeated = sorted(line for line, times in counted.items() if times > 1)
+        if repeated:
+            raise ValueError(f"lines given more than once: {repeated}")
+        return self

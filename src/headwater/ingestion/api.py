@@ -306,6 +306,7 @@ def record_finished(
         file_size=source.file_size,
         content_type=source.content_type,
         started_at=started_at,
+        resubmit_of=source.id,
         **columns,
     )
     row["completed_at"] = utcnow_ms()

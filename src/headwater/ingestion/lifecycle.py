@@ -101,6 +101,7 @@ def new(
         "uploaded_at": None,
         "started_at": None,
         "completed_at": created_at if status in FINAL else None,
+        "resubmit_of": None,
     }
     row.update(columns)
     return row
@@ -229,4 +230,5 @@ def view(row: Mapping[str, Any]) -> dict[str, Any]:
         "uploaded_at": _time(row["uploaded_at"]),
         "started_at": _time(row["started_at"]),
         "completed_at": _time(row["completed_at"]),
+        "resubmit_of": None if row["resubmit_of"] is None else str(row["resubmit_of"]),
     }

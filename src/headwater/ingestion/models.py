@@ -104,6 +104,8 @@ class Transaction(Base):
     uploaded_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # a resubmission: the transaction whose quarantined rows it took
+    resubmit_of: Mapped[uuid.UUID | None] = mapped_column(Uuid, default=None)
     # its place in its dataset's record feed, given after commit (`ingestion.feed`)
     feed_pos: Mapped[int | None] = mapped_column(BigInteger, default=None)
 

@@ -216,6 +216,12 @@ class TransactionRead(Output):
         None, description="Files: when a worker last started processing the file."
     )
     completed_at: Timestamp | None
+    resubmit_of: uuid.UUID | None = Field(
+        None,
+        description="A resubmission: the transaction whose quarantined rows it took "
+        "(`POST /platform/v1/transactions/{id}/resubmit`).",
+        examples=[None],
+    )
 
 
 class TransactionQuery(PageQuery):

@@ -39,6 +39,7 @@ _TRANSACTION = {
     "uploaded_at": None,
     "started_at": None,
     "completed_at": "2026-11-24T09:30:00.000Z",
+    "resubmit_of": None,
 }
 _COMPANY = "0b7e5a52-3c1d-4e8f-9a6b-2d4c6e8f0a1b"
 
