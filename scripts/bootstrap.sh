@@ -44,7 +44,7 @@ fi
 export UV_NATIVE_TLS=1
 export UV_PYTHON_DOWNLOADS=never
 if [ "${BOOTSTRAP_GROUPS:-dev}" = "serve" ]; then
-    "$UV" sync --frozen --quiet --python "$PYTHON_PATH" --no-dev --inexact
+    "$UV" sync --frozen --quiet --python "$PYTHON_PATH" --no-dev --group demo --inexact
 else
     "$UV" sync --frozen --quiet --python "$PYTHON_PATH"
 fi

@@ -98,6 +98,7 @@ def test_bootstrap_works_on_a_pep_668_python_with_a_fresh_home(tmp_path: Path) -
     }
     assert "fastapi" in installed and "uvicorn" in installed
     assert not {"pytest", "mypy", "moto", "schemathesis", "playwright"} & installed
+    assert "headwater_client" in installed  # the README's examples use it
     after = subprocess.run(
         ["python3", "-m", "pip", "list"], env=env, capture_output=True, text=True, check=True
     ).stdout

@@ -116,27 +116,61 @@ def test_the_demo_prints_calls_that_work(demo: dict[str, object]) -> None:
     assert "TMPDIR" not in client_lines
 
 
-def test_every_readme_example_runs_as_written_against_the_demo(demo: dict[str, object]) -> None:
+# The docs pages whose examples run after the README's, in this order (later pages read
+# what earlier ones wrote: the upload's file, the export's records).
+PAGES = [
+    "docs/api.md",
+    "docs/channels.md",
+    "docs/events-and-webhooks.md",
+    "docs/downstream.md",
+    "docs/workflows-and-activity.md",
+    "docs/clients-and-cli.md",
+    "docs/configuration.md",
+    "docs/operations.md",
+]
+
+
+def test_the_readme_is_a_short_tutorial_that_links_every_docs_page() -> None:
     readme = (ROOT / "README.md").read_text()
-    blocks = sh_blocks(readme)
-    assert len(blocks) >= 6  # the README's examples, not none of them
-    assert blocks[0].startswith("source headwater-data/demo.env")
+    assert len(readme.splitlines()) <= 260
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", readme))
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert pages <= linked, pages - linked
+    for page in pages:
+        text = (ROOT / page).read_text()
+        for target in re.findall(r"\]\(([^)#:]+\.md)", text):
+            assert (ROOT / page).parent.joinpath(target).resolve().exists(), (page, target)
+
+
+def test_every_example_of_the_readme_and_the_docs_runs_as_written_against_the_demo(
+    demo: dict[str, object],
+) -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = [("README.md", b) for b in sh_blocks(readme)]
+    assert len(blocks) >= 8  # the tour's examples, not none of them
+    assert blocks[0][1].startswith("source headwater-data/demo.env")
+    for page in PAGES:
+        blocks += [(page, b) for b in sh_blocks((ROOT / page).read_text())]
     failures = []
     outputs = []
-    for number, block in enumerate(blocks):
+    for number, (page, block) in enumerate(blocks):
         script = block if number == 0 else "source headwater-data/demo.env\n" + block
         done = _run(demo, script)
         outputs.append(done.stdout)
         if done.returncode != 0:
             failures.append(
-                f"block {number}:\n{block}\n--- exit {done.returncode}\n"
+                f"{page}, block {number}:\n{block}\n--- exit {done.returncode}\n"
                 f"{done.stdout}\n{done.stderr}"
             )
     assert not failures, "\n\n".join(failures)
-    # what the examples did is visible: the file of the upload example completed
-    uploaded = next(o for o in outputs if '"file_name":"orders.csv"' in o.replace(" ", ""))
-    assert json.loads(uploaded.strip().splitlines()[-1])["status"] == "completed"
+    # what the examples did is visible: the tour's upload completed, the client pushed
+    tour = "".join(outputs[: len(sh_blocks(readme))])
+    answers = [json.loads(line) for line in tour.splitlines() if line.startswith('{"')]
+    uploaded = [a for a in answers if a.get("channel") == "upload"]
+    assert uploaded and uploaded[0]["status"] == "completed", uploaded
+    assert uploaded[0]["records_accepted"] == 2
+    assert "2500 records pushed in 3 batches\ncompleted" in tour
     # the export example's Parquet file loaded into DuckDB: its records counted
-    duck = outputs[next(n for n, block in enumerate(blocks) if "import duckdb" in block)]
+    duck = outputs[next(n for n, (_, block) in enumerate(blocks) if "import duckdb" in block)]
     counted = re.search(r"│\s+(\d+)\s+│\s+[\d.]+\s+│", duck)
     assert counted is not None and int(counted.group(1)) > 0, duck
