@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, nullcontext
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -82,8 +83,18 @@ Host = Annotated[str, typer.Option(metavar="HOST", help="Interface to listen on.
 Port = Annotated[int, typer.Option(metavar="PORT", help="TCP port.")]
 
 
+def _json_value(value: object) -> object:
+    """What JSON cannot hold as it is: times as the API writes them (UTC, milliseconds,
+    `Z`), anything else (uuids) as its text."""
+    if isinstance(value, datetime):
+        from headwater.kit.clock import iso_ms
+
+        return iso_ms(value)
+    return str(value)
+
+
 def _print(data: object) -> None:
-    out.print_json(json.dumps(data, default=str))
+    out.print_json(json.dumps(data, default=_json_value))
 
 
 def get_settings() -> Settings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -140,6 +141,8 @@ def test_cli_operator_commands(tmp_path: Path) -> None:
         return done.stdout
 
     company = json.loads(run("companies", "create", "Acme"))
+    # times as the API writes them: UTC, milliseconds, Z
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", company["created_at"])
     client = json.loads(run("clients", "create", company["id"], "acme-crm", "CRM"))
     assert client["company_id"] == company["id"]
     cred = json.loads(
