@@ -82,6 +82,9 @@ def base_settings(database_url: str | None, data_root: Path, backend: str) -> di
         "token_failures_per_minute": 100_000,
         "worker_enabled": False,
         "log_level": "WARNING",
+        # the suite's budget: 2 pytest workers, each with a few apps and server processes,
+        # stay well within the 40 PostgreSQL connections the suite may hold
+        "db_connections": 10,
     }
 
 

@@ -42,10 +42,11 @@ def wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None
 def process_env(env: dict[str, str]) -> dict[str, str]:
     """The environment of a server process: this one's without HEADWATER_*, then `env`.
     SFTP and SMTP are off unless `env` turns them on (servers in parallel would share
-    their ports)."""
+    their ports); each process holds at most 6 PostgreSQL connections unless `env` says."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")}
     full["HEADWATER_SFTP_PORT"] = "0"
     full["HEADWATER_SMTP_PORT"] = "0"
+    full["HEADWATER_DB_CONNECTIONS"] = "6"  # the suite's budget (tests/conftest.py)
     full.update(env)
     return full
 
