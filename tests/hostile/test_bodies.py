@@ -182,6 +182,26 @@ def test_an_unknown_query_parameter_is_400_naming_it(
     assert problem["errors"][0]["message"] == "unknown parameter"
 
 
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/app/v1/workflows", "name=a&name=b"),
+        ("/app/v1/workflow_templates", "page=0&page_size=5&page=1"),
+        ("/app/v1/workflow_categories", "page_size=5&page_size=6"),
+    ],
+)
+def test_a_parameter_given_twice_is_400_naming_it(tenant: Tenant, path: str, query: str) -> None:
+    """A parameter that takes one value, sent twice, is refused: no silent choice of one."""
+    response = tenant.client.get(f"{path}?{query}", headers=tenant.headers)
+    problem = assert_problem(response, 400)
+    field = query.split("&")[-1].split("=")[0]
+    assert problem["errors"] == [
+        {"location": "query", "field": field, "message": "given more than once"}
+    ]
+    once = "&".join(dict.fromkeys(p for p in query.split("&") if p.split("=")[0] != field))
+    assert tenant.client.get(f"{path}?{once}", headers=tenant.headers).status_code == 200
+
+
 @pytest.mark.parametrize("value", ["19.0", "1e1", "true", ""])
 def test_page_size_must_be_an_integer(tenant: Tenant, value: str) -> None:
     response = tenant.client.get(

@@ -5,8 +5,10 @@ identity's: `identity/deps.py`)."""
 from __future__ import annotations
 
 import asyncio
+from collections import abc
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Annotated, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Concatenate, ParamSpec, Protocol, TypeVar, get_args, get_origin
 
 from fastapi import Depends, Query, Request, Response
 from fastapi.dependencies.models import Dependant
@@ -108,10 +110,26 @@ Paging = Annotated[PageQuery, Query()]
 # --- one reading of every request ------------------------------------------------------------
 
 
-def _query_names(dependant: Dependant) -> frozenset[str]:
-    """Every query parameter name a route (with its dependencies) declares; a query model's
-    fields count by their aliases."""
-    names: set[str] = set()
+@dataclass(frozen=True, slots=True)
+class QueryNames:
+    """The query parameters a route declares: all of them, and those that take one value."""
+
+    known: frozenset[str]
+    single: frozenset[str]
+
+
+def _takes_many(annotation: Any) -> bool:
+    """Whether a parameter's type holds several values (a list, say, in `X | None` too)."""
+    origin = get_origin(annotation)
+    if origin in (list, tuple, set, frozenset) or origin is abc.Sequence:
+        return True
+    return any(_takes_many(arg) for arg in get_args(annotation)) if origin else False
+
+
+def _query_names(dependant: Dependant) -> QueryNames:
+    """Every query parameter name a route (with its dependencies) declares, and those of
+    them that take one value; a query model's fields count by their aliases."""
+    fields: dict[str, Any] = {}
     stack = [dependant]
     while stack:
         current = stack.pop()
@@ -119,15 +137,19 @@ def _query_names(dependant: Dependant) -> frozenset[str]:
         for field in current.query_params:
             annotation = field.field_info.annotation
             if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                names.update(f.alias or name for name, f in annotation.model_fields.items())
+                fields.update(
+                    (f.alias or name, f.annotation) for name, f in annotation.model_fields.items()
+                )
             else:
-                names.add(field.alias)
-    return frozenset(names)
+                fields[field.alias] = annotation
+    single = frozenset(name for name, kind in fields.items() if not _takes_many(kind))
+    return QueryNames(frozenset(fields), single)
 
 
-def check_request_text(request: Request, *, known_query: frozenset[str] | None) -> None:
-    """400 for a query parameter the route does not know (when `known_query` is given) and
-    for U+0000 anywhere in the path or the query, naming what holds it."""
+def check_request_text(request: Request, *, known_query: QueryNames | None) -> None:
+    """400 for a query parameter the route does not know (when `known_query` is given) or
+    that takes one value and came more than once, and for U+0000 anywhere in the path or
+    the query, naming what holds it."""
     # from the scope: no URL object or query parsing on the hot path (a push has no query)
     if "\x00" in request.scope["path"]:
         raise InvalidParameter(
@@ -136,14 +158,21 @@ def check_request_text(request: Request, *, known_query: frozenset[str] | None) 
         )
     if not request.scope.get("query_string"):
         return
+    seen: set[str] = set()
     for name, value in request.query_params.multi_items():
-        if known_query is not None and name not in known_query:
+        if known_query is not None and name not in known_query.known:
             raise InvalidParameter(
                 f"Unknown query parameter {name!r}; this operation takes "
-                + (", ".join(sorted(known_query)) or "none")
+                + (", ".join(sorted(known_query.known)) or "none")
                 + ".",
                 errors=[{"location": "query", "field": name, "message": "unknown parameter"}],
             )
+        if known_query is not None and name in seen and name in known_query.single:
+            raise InvalidParameter(
+                f"Query parameter {name!r} is given more than once; it takes one value.",
+                errors=[{"location": "query", "field": name, "message": "given more than once"}],
+            )
+        seen.add(name)
         if "\x00" in name or "\x00" in value:
             raise InvalidParameter(
                 f"Query parameter {name!r} holds a NUL (U+0000) character.",
