@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -285,14 +286,19 @@ def demo(
     from headwater import demo as demo_data
 
     _address_as_public_url(host, port)
+    # webhooks to the demo's receiver on loopback, over http (set either to false to refuse)
+    os.environ.setdefault("HEADWATER_WEBHOOK_ALLOW_HTTP", "true")
+    os.environ.setdefault("HEADWATER_WEBHOOK_ALLOW_PRIVATE", "true")
     settings = _fresh_settings()
     data_dir = Path(settings.data_dir).resolve()
     sftp_key = demo_data.sftp_key(data_dir)
+    receiver_url, received = demo_data.start_receiver(data_dir)
     with _database().unit_of_work() as session:
         data = demo_data.seed(session, sftp_public_key=sftp_key.public)
     data = data.with_sftp(port=settings.sftp_port, key_file=sftp_key.path).with_smtp(
         port=settings.smtp_port, domain=settings.inbound_email_domain
     )
+    data = dataclasses.replace(data, receiver_url=receiver_url, received=received)
     env_file = data_dir / "demo.env"
     env_file.touch(mode=0o600)
     env_file.chmod(0o600)  # it holds the demo's secrets

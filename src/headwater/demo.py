@@ -1,13 +1,16 @@
 """Demo data for `headwater demo`: a company, an ingestion client, two credentials, and
-workflow configuration imported from demo_workflows.yaml."""
+workflow configuration imported from demo_workflows.yaml; and a webhook receiver on
+loopback, so that webhooks can be tried without a server of one's own."""
 
 # ruff: noqa: E501 - the printed curl lines are meant to be copied whole
 
 from __future__ import annotations
 
 import sys
+import threading
 import uuid
 from dataclasses import dataclass, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,8 @@ class DemoData:
     sftp_key: Path | None = None
     inbox_address: str = ""
     smtp_port: int = 0
+    receiver_url: str = ""
+    received: Path | None = None
 
     def with_sftp(self, *, port: int, key_file: Path) -> DemoData:
         return replace(self, sftp_port=port, sftp_key=key_file)
@@ -158,6 +163,38 @@ def seed(session: Session, *, sftp_public_key: str | None = None) -> DemoData:
     )
 
 
+class _Receiver(BaseHTTPRequestHandler):
+    """Every POST: one line of `received` (its `webhook-*` headers and body), then 204."""
+
+    received: Path
+
+    def do_POST(self) -> None:
+        length = min(int(self.headers.get("content-length") or 0), 1 << 20)
+        body = self.rfile.read(length).decode("utf-8", "replace")
+        headers = {
+            k.lower(): v for k, v in self.headers.items() if k.lower().startswith("webhook-")
+        }
+        line = orjson.dumps({"path": self.path, "headers": headers, "body": body})
+        with self.received.open("ab") as out:
+            out.write(line + b"\n")
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the file is the log
+        return
+
+
+def start_receiver(data_dir: Path) -> tuple[str, Path]:
+    """A webhook receiver on a free loopback port, in a thread of this process: its URL,
+    and the file each delivery is written to, one JSON line each."""
+    received = data_dir / "webhooks-received.ndjson"
+    received.touch()
+    handler = type("Receiver", (_Receiver,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, name="demo-receiver", daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/hooks", received
+
+
 def environment(data: DemoData, *, base_url: str, audience: str, data_dir: Path) -> str:
     """A shell file that sets what the README's examples use: BASE, the two credentials,
     a company token (TOKEN) and an operator token (OPERATOR), COMPANY_ID, and the Python
@@ -172,6 +209,7 @@ export HEADWATER_URL=$BASE HEADWATER_CLIENT_ID=$CLIENT_ID HEADWATER_CLIENT_SECRE
 export HEADWATER_DATA_DIR={data_dir}
 export SFTP_PORT={data.sftp_port} SFTP_USER={DEMO_SFTP_USER} SFTP_KEY={data.sftp_key}
 export SMTP_PORT={data.smtp_port} INBOX={data.inbox_address}
+export RECEIVER={data.receiver_url} RECEIVED={data.received}
 export TOKEN=$(curl -s $BASE/oauth/token -H 'Content-Type: application/json' \\
   -d '{{"client_id": "'$CLIENT_ID'", "client_secret": "'$CLIENT_SECRET'", "audience": "{audience}"}}' | {extract})
 export OPERATOR=$(curl -s $BASE/oauth/token -u "$OPERATOR_ID:$OPERATOR_SECRET" \\
@@ -212,6 +250,9 @@ Or with the Python client's command line (clients/python/README.md), files kept 
 
 {_sftp_lines(data)}
 {_smtp_lines(data)}
+Webhooks: the demo allows http and loopback receivers, and runs one at {data.receiver_url}
+(each delivery a line of {data.received}); see docs/events-and-webhooks.md.
+
 Interactive API docs: {base_url}/docs    OpenAPI: {base_url}/openapi.json
 """
 

@@ -170,6 +170,8 @@ def test_every_example_of_the_readme_and_the_docs_runs_as_written_against_the_de
     assert uploaded and uploaded[0]["status"] == "completed", uploaded
     assert uploaded[0]["records_accepted"] == 2
     assert "2500 records pushed in 3 batches\ncompleted" in tour
+    # the webhook example's test event reached the demo's receiver, its signature checked
+    assert "webhook.test verified" in "".join(outputs)
     # the export example's Parquet file loaded into DuckDB: its records counted
     duck = outputs[next(n for n, (_, block) in enumerate(blocks) if "import duckdb" in block)]
     counted = re.search(r"│\s+(\d+)\s+│\s+[\d.]+\s+│", duck)
