@@ -8,6 +8,7 @@ import gzip
 from pathlib import Path
 
 import pytest
+from test_client_cli import json_lines, run
 
 from conftest import Tenant, upload_in_own_process, write_wide_csv
 from headwater_client import HeadwaterError, InvalidRequest, Transaction
@@ -117,3 +118,42 @@ def test_refusals_before_and_at_the_service(tenant: Tenant, tmp_path: Path) -> N
         with pytest.raises(InvalidRequest) as refused:
             hw.upload_file(path, tenant.client_id, tenant.dataset_id, "application/xml")
     assert refused.value.status == 415
+
+
+def test_quarantined_rows_are_listed_and_corrected(server: str, tmp_path: Path) -> None:
+    tenant = Tenant(server, invalid_rows="quarantine")
+    path = tmp_path / "some-bad.csv"
+    path.write_text("order_id,amount\nA-1,1\nA-2,lots\nA-3,many\n")
+    with tenant.client() as hw:
+        first = hw.upload_file(path, tenant.client_id, tenant.dataset_id, wait=True)
+        assert (first.status, first.records_accepted, first.records_rejected) == (
+            "completed",
+            1,
+            2,
+        )
+        held = list(hw.list_quarantine(first.transaction_id))
+        assert [(r.line, r.data) for r in held] == [
+            (3, {"order_id": "A-2", "amount": "lots"}),
+            (4, {"order_id": "A-3", "amount": "many"}),
+        ]
+        assert held[0].errors[0]["path"] == "/amount" and held[0].resolved_by is None
+        fixed = hw.resubmit(first.transaction_id, {3: {"order_id": "A-2", "amount": 2}})
+        assert fixed.resubmit_of == first.transaction_id
+        assert (fixed.records_received, fixed.records_accepted) == (1, 1)
+        assert [r.line for r in hw.list_quarantine(first.transaction_id)] == [4]
+        resolved = list(hw.list_quarantine(first.transaction_id, status="resolved"))
+        assert [r.resolved_by for r in resolved] == [fixed.transaction_id]
+        with pytest.raises(InvalidRequest):
+            hw.resubmit(first.transaction_id, {2: {"order_id": "A-1", "amount": 1}})
+    # the same from the command line
+    shown = run(tenant.env(), "transactions", "quarantine", first.transaction_id)
+    assert shown.returncode == 0 and "/amount" in shown.stdout, shown.stderr
+    corrections = tmp_path / "fix.json"
+    corrections.write_text('[{"line": 4, "data": {"order_id": "A-3", "amount": 3}}]')
+    done = run(
+        tenant.env(),
+        "transactions", "resubmit", first.transaction_id,
+        "--corrections", str(corrections), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json_lines(done.stdout)[0]["records_accepted"] == 1

@@ -22,6 +22,7 @@ from headwater_client.models import (
     Dataset,
     Export,
     Page,
+    QuarantinedRow,
     Record,
     Resource,
     Template,
@@ -259,6 +260,28 @@ def transaction(transaction_id: str, *, wait: float = 0) -> Call[Transaction]:
     if wait:
         return resource("GET", path, Transaction, params={"wait": f"{wait:g}"})
     return resource("GET", path, Transaction)
+
+
+def quarantine(
+    transaction_id: str, *, status: str = "open", page_size: int = 100
+) -> PageCall[QuarantinedRow]:
+    """A file transaction's quarantined rows, in file order; `status` open (not yet
+    stored), resolved or all."""
+    path = f"/platform/v1/transactions/{segment(transaction_id)}/quarantine"
+    return pages(QuarantinedRow, path, query(status=status, page_size=page_size))
+
+
+def resubmit(
+    transaction_id: str, corrections: Mapping[int, Mapping[str, Any]] | None = None
+) -> Call[Transaction]:
+    """Resubmit a file transaction's open quarantined rows in a new transaction (its
+    `resubmit_of` names this one): all of them against the current schema, or with
+    `corrections` (data by line) only those rows, each with its corrected data."""
+    path = f"/platform/v1/transactions/{segment(transaction_id)}/resubmit"
+    if corrections is None:
+        return resource("POST", path, Transaction)
+    rows = [{"line": line, "data": dict(data)} for line, data in corrections.items()]
+    return resource("POST", path, Transaction, json={"rows": rows})
 
 
 def transactions(

@@ -323,6 +323,34 @@ def cmd_transactions_show(client: Client, args: argparse.Namespace) -> None:
     _print_transaction(client.get_transaction(args.transaction_id), as_json=args.json)
 
 
+def cmd_transactions_quarantine(client: Client, args: argparse.Namespace) -> None:
+    pager = client.list_quarantine(args.transaction_id, status=args.status)
+    rows = list(_limited(pager, args.limit))
+    if args.json:
+        for row in rows:
+            _print_json(row.to_json())
+        return
+    _print_dicts(
+        [
+            {
+                "line": r.line,
+                "record": r.record,
+                "errors": "; ".join(f"{e.get('path')}: {e.get('message')}" for e in r.errors),
+                "resolved_by": r.resolved_by or "",
+            }
+            for r in rows
+        ]
+    )
+
+
+def cmd_transactions_resubmit(client: Client, args: argparse.Namespace) -> None:
+    corrections = None
+    if args.corrections:
+        given = json.loads(Path(args.corrections).read_text())
+        corrections = {int(row["line"]): row["data"] for row in given}
+    _print_transaction(client.resubmit(args.transaction_id, corrections), as_json=args.json)
+
+
 def cmd_transactions_list(client: Client, args: argparse.Namespace) -> None:
     pager = client.list_transactions(
         client_id=args.client_id,
@@ -706,6 +734,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     show = command(transactions, "show", cmd_transactions_show, "one transaction")
     show.add_argument("transaction_id")
+    held = command(
+        transactions, "quarantine", cmd_transactions_quarantine, "a file's quarantined rows"
+    )
+    held.add_argument("transaction_id")
+    held.add_argument("--status", choices=["open", "resolved", "all"], default="open")
+    limit_option(held)
+    again = command(
+        transactions, "resubmit", cmd_transactions_resubmit, "resubmit quarantined rows"
+    )
+    again.add_argument("transaction_id")
+    again.add_argument(
+        "--corrections",
+        metavar="FILE",
+        help='JSON [{"line": 3, "data": {...}}]: only those rows, corrected',
+    )
     listing = command(transactions, "list", cmd_transactions_list, "transactions, newest first")
     listing.add_argument("-c", "--client-id", help="only this ingestion client's")
     listing.add_argument("-d", "--dataset-id", help="only this dataset's")

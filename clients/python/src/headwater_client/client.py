@@ -241,6 +241,8 @@ class Client(BaseClient):
 
     get_transaction = fetch(calls.transaction)
     list_transactions = listing(calls.transactions)
+    list_quarantine = listing(calls.quarantine)
+    resubmit = fetch(calls.resubmit)
     list_records = listing(calls.records)
     get_dataset = fetch(calls.dataset)
     list_datasets = listing(calls.datasets)

@@ -189,11 +189,24 @@ class Transaction(Resource):
     started_at: datetime | None
     completed_at: datetime | None
     records_processed: int | None  # a file's rows read so far, while it is processing
+    resubmit_of: str | None  # a resubmission: the transaction whose quarantined rows it took
 
     @property
     def finished(self) -> bool:
         """Whether the status is final: completed, rejected, failed or expired."""
         return self.status in FINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedRow(Resource):
+    """A row of a file that failed validation under the `quarantine` policy. A row that
+    could not become a record has `data` None, and its text in `to_json()["raw"]`."""
+
+    line: int
+    record: int
+    data: dict[str, Any] | None
+    errors: list[dict[str, Any]]
+    resolved_by: str | None  # the resubmission that stored it
 
 
 @dataclass(frozen=True, slots=True)
