@@ -95,14 +95,15 @@ def list_exports(
 ) -> tuple[Sequence[Export], int]:
     """The caller's company's exports (its clients' only, when its token names some),
     newest first; those whose file was deleted at the end of its lifetime are left out."""
-    statement = ingestion.visible_to(caller, Export).where(Export.deleted_at.is_(None))
-    if query.client_id is not None:
-        ingestion.usable_client(session, caller, query.client_id)
-        statement = statement.where(Export.client_id == query.client_id)
-    if query.dataset_id is not None:
-        statement = statement.where(Export.dataset_id == query.dataset_id)
-    if query.status is not None:
-        statement = statement.where(Export.status == query.status)
+    statement = ingestion.visible_where(
+        session,
+        caller,
+        Export,
+        client_id=query.client_id,
+        dataset_id=query.dataset_id,
+        status=query.status,
+    )
+    statement = statement.where(Export.deleted_at.is_(None))
     return paginate(session, statement, Export.created_at.desc(), Export.id, params=query)
 
 

@@ -32,7 +32,7 @@ from headwater.db import Database
 from headwater.identity.tokens import Principal
 from headwater.ingestion import check, datasets, lifecycle, sinks, staging
 from headwater.ingestion.check import Errors
-from headwater.ingestion.datasets import UsableTree, usable_client, usable_tree
+from headwater.ingestion.datasets import UsableTree, usable_tree
 from headwater.ingestion.datasets import find as find_dataset
 from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.lifecycle import Channel, Status
@@ -43,6 +43,7 @@ from headwater.ingestion.transactions import (
     get_transaction,
     transaction_read,
     visible_to,
+    visible_where,
 )
 from headwater.kit.clock import utcnow_ms
 
@@ -77,9 +78,9 @@ __all__ = [
     "started",
     "store_rows",
     "transaction_read",
-    "usable_client",
     "usable_tree",
     "visible_to",
+    "visible_where",
 ]
 
 

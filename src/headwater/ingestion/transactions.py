@@ -28,6 +28,28 @@ def visible_to(caller: Principal, table: Any) -> Select[Any]:
     return statement
 
 
+def visible_where(
+    session: Session,
+    caller: Principal,
+    table: Any,
+    *,
+    client_id: str | None,
+    dataset_id: str | None,
+    status: str | None,
+) -> Select[Any]:
+    """`visible_to`, narrowed to the ingestion client (403 unless the caller may use it),
+    the dataset and the status a list asks for (each when given)."""
+    statement = visible_to(caller, table)
+    if client_id is not None:
+        datasets.usable_client(session, caller, client_id)
+        statement = statement.where(table.client_id == client_id)
+    if dataset_id is not None:
+        statement = statement.where(table.dataset_id == dataset_id)
+    if status is not None:
+        statement = statement.where(table.status == status)
+    return statement
+
+
 def get_transaction(session: Session, caller: Principal, transaction_id: uuid.UUID) -> Transaction:
     transaction: Transaction | None = session.scalars(
         visible_to(caller, Transaction).where(Transaction.id == transaction_id)
@@ -40,14 +62,14 @@ def get_transaction(session: Session, caller: Principal, transaction_id: uuid.UU
 def list_transactions(
     session: Session, caller: Principal, query: TransactionQuery
 ) -> tuple[Sequence[Transaction], int]:
-    statement = visible_to(caller, Transaction)
-    if query.client_id is not None:
-        datasets.usable_client(session, caller, query.client_id)
-        statement = statement.where(Transaction.client_id == query.client_id)
-    if query.dataset_id is not None:
-        statement = statement.where(Transaction.dataset_id == query.dataset_id)
-    if query.status is not None:
-        statement = statement.where(Transaction.status == query.status)
+    statement = visible_where(
+        session,
+        caller,
+        Transaction,
+        client_id=query.client_id,
+        dataset_id=query.dataset_id,
+        status=query.status,
+    )
     if query.channel is not None:
         statement = statement.where(Transaction.channel == query.channel)
     if query.created_after is not None:
