@@ -39,6 +39,16 @@ def event(
 ) -> dict[str, Any]:
     """An event's columns: its `data` (JSON as the API answers it: strings for ids and
     times), or the final transaction it reports on."""
+    return _columns(type, company_id, data, transaction_id, created_at)
+
+
+def _columns(
+    type: str,
+    company_id: uuid.UUID,
+    data: dict[str, Any] | None,
+    transaction_id: uuid.UUID | None,
+    created_at: datetime | None,
+) -> dict[str, Any]:
     return {
         "id": uuid.uuid4(),
         "type": type,
@@ -56,15 +66,7 @@ OFF_THE_LOG = 0
 
 def off_the_log(type: str, *, company_id: uuid.UUID, data: dict[str, Any]) -> dict[str, Any]:
     """An event's columns, for an event no feed shows and no endpoint subscribes to."""
-    return {
-        "id": uuid.uuid4(),
-        "type": type,
-        "company_id": company_id,
-        "created_at": utcnow_ms(),
-        "transaction_id": None,
-        "data": data,
-        "pos": OFF_THE_LOG,
-    }
+    return _columns(type, company_id, data, None, None) | {"pos": OFF_THE_LOG}
 
 
 def write(connection: Connection, events: Sequence[dict[str, Any]]) -> None:

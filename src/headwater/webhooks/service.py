@@ -273,4 +273,5 @@ def send_test(session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID
     due = row["created_at"] if endpoint.status == "enabled" else None
     session.execute(dispatch.deliveries_of(event, row["created_at"], due=due))
     session.flush()
-    return uuid.UUID(str(row["id"]))
+    event_id: uuid.UUID = row["id"]
+    return event_id
