@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -49,6 +49,8 @@ from headwater_client.errors import (
 )
 from headwater_client.files import read_records
 from headwater_client.models import Export, PushResult, Resource, Transaction
+
+ResourceT = TypeVar("ResourceT", bound=Resource)
 
 OK, REFUSED, USAGE, ACCESS, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
 SHOWN_ERRORS = 20
@@ -325,21 +327,15 @@ def cmd_transactions_show(client: Client, args: argparse.Namespace) -> None:
 
 def cmd_transactions_quarantine(client: Client, args: argparse.Namespace) -> None:
     pager = client.list_quarantine(args.transaction_id, status=args.status)
-    rows = list(_limited(pager, args.limit))
-    if args.json:
-        for row in rows:
-            _print_json(row.to_json())
-        return
-    _print_dicts(
-        [
-            {
-                "line": r.line,
-                "record": r.record,
-                "errors": "; ".join(f"{e.get('path')}: {e.get('message')}" for e in r.errors),
-                "resolved_by": r.resolved_by or "",
-            }
-            for r in rows
-        ]
+    _listed(
+        _limited(pager, args.limit),
+        as_json=args.json,
+        row=lambda r: {
+            "line": r.line,
+            "record": r.record,
+            "errors": "; ".join(f"{e.get('path')}: {e.get('message')}" for e in r.errors),
+            "resolved_by": r.resolved_by or "",
+        },
     )
 
 
@@ -598,13 +594,10 @@ def cmd_webhooks_rotate(client: Client, args: argparse.Namespace) -> None:
 
 def cmd_webhooks_deliveries(client: Client, args: argparse.Namespace) -> None:
     pager = client.list_webhook_deliveries(args.endpoint_id, status=args.status)
-    deliveries = list(_limited(pager, args.limit))
-    if args.json:
-        for delivery in deliveries:
-            _print_json(delivery.to_json())
-        return
-    rows = [
-        {
+    _listed(
+        _limited(pager, args.limit),
+        as_json=args.json,
+        row=lambda d: {
             "event_id": d.event_id,
             "event_type": d.event_type,
             "status": d.status,
@@ -613,10 +606,8 @@ def cmd_webhooks_deliveries(client: Client, args: argparse.Namespace) -> None:
             if d.attempts
             else "",
             "next_attempt_at": d.next_attempt_at or "",
-        }
-        for d in deliveries
-    ]
-    _print_dicts(rows)
+        },
+    )
 
 
 def cmd_webhooks_test(client: Client, args: argparse.Namespace) -> None:
@@ -635,6 +626,18 @@ def cmd_webhooks_replay(client: Client, args: argparse.Namespace) -> None:
         _print_json({"queued": queued})
     else:
         print(f"queued {queued}")
+
+
+def _listed(
+    items: Iterable[ResourceT], *, as_json: bool, row: Callable[[ResourceT], dict[str, Any]]
+) -> None:
+    """Resources, one JSON object a line, or as a table of the columns `row` makes of
+    each (for columns not in the resources' JSON as they are)."""
+    if as_json:
+        for item in items:
+            _print_json(item.to_json())
+        return
+    _print_dicts([row(item) for item in items])
 
 
 def _print_dicts(rows: list[dict[str, Any]]) -> None:
