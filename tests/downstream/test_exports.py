@@ -72,6 +72,19 @@ def export(tenant: FeedTenant, **body: Any) -> tuple[dict[str, Any], bytes]:
     return done, fetch(tenant.client, done["download_url"])
 
 
+def expire(tenant: FeedTenant, export_id: str) -> int:
+    """Move the export's lifetime into the past, then the worker's purge: how many files
+    it deleted."""
+    runtime: Runtime = tenant.client.app.state.runtime  # type: ignore[attr-defined]
+    with runtime.db.begin() as connection:
+        connection.execute(
+            update(Export)
+            .where(Export.id == uuid.UUID(export_id))
+            .values(available_until=utcnow() - timedelta(seconds=1))
+        )
+    return exports.purge(runtime.db, runtime.store)
+
+
 def push_mixed(tenant: FeedTenant) -> None:
     tenant.push_orders(1, 2)
     response = tenant.push(
@@ -299,14 +312,7 @@ def test_a_failing_attempt_is_retried_then_fails(
 def test_a_file_is_deleted_after_its_lifetime(settings: Settings, feed_tenant: FeedTenant) -> None:
     feed_tenant.push_orders(1)
     done, _ = export(feed_tenant)
-    runtime: Runtime = feed_tenant.client.app.state.runtime  # type: ignore[attr-defined]
-    with runtime.db.begin() as connection:
-        connection.execute(
-            update(Export)
-            .where(Export.id == uuid.UUID(done["export_id"]))
-            .values(available_until=utcnow() - timedelta(seconds=1))
-        )
-    assert exports.purge(runtime.db, runtime.store) >= 1
+    assert expire(feed_tenant, done["export_id"]) >= 1
     problem = assert_problem(
         feed_tenant.client.get(
             f"/platform/v1/exports/{done['export_id']}", headers=feed_tenant.headers
@@ -429,14 +435,7 @@ def test_the_list_answers_the_companys_exports_newest_first(
     gone, _ = export(feed_tenant, format="ndjson")
     queued = ask(feed_tenant)
     ask(other_feed_tenant)
-    runtime: Runtime = feed_tenant.client.app.state.runtime  # type: ignore[attr-defined]
-    with runtime.db.begin() as connection:
-        connection.execute(
-            update(Export)
-            .where(Export.id == uuid.UUID(gone["export_id"]))
-            .values(available_until=utcnow() - timedelta(seconds=1))
-        )
-    assert exports.purge(runtime.db, runtime.store) >= 1
+    assert expire(feed_tenant, gone["export_id"]) >= 1
 
     page = listed(feed_tenant)
     # the deleted one is left out, and the other company's is never seen

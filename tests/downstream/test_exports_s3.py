@@ -5,8 +5,6 @@ lifetime."""
 from __future__ import annotations
 
 import io
-import uuid
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -14,14 +12,9 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ClientError
-from sqlalchemy import update
 
-from headwater.exports import service as exports
-from headwater.exports.models import Export
-from headwater.kit.clock import utcnow
-from headwater.runtime import Runtime
 from tests.downstream.conftest import FeedTenant
-from tests.downstream.test_exports import ask, read, run_exports
+from tests.downstream.test_exports import ask, expire, read, run_exports
 from tests.files.test_s3 import bucket, s3_app, s3_client, s3_endpoint
 
 __all__ = ["bucket", "s3_app", "s3_endpoint"]  # fixtures
@@ -51,14 +44,7 @@ def test_an_export_to_s3_downloads_through_a_presigned_get_and_expires(
         else:
             lines = [orjson.loads(line) for line in response.content.splitlines()]
             assert sorted(line["data"]["order_id"] for line in lines) == ["A-1", "A-2", "A-3"]
-    runtime: Runtime = tenant.client.app.state.runtime  # type: ignore[attr-defined]
-    with runtime.db.begin() as connection:
-        connection.execute(
-            update(Export)
-            .where(Export.id == uuid.UUID(done["export_id"]))
-            .values(available_until=utcnow() - timedelta(seconds=1))
-        )
-    assert exports.purge(runtime.db, runtime.store) == 1
+    assert expire(tenant, done["export_id"]) == 1
     key = url.split(f"/{bucket}/", 1)[1].split("?", 1)[0]
     with pytest.raises(ClientError):
         s3_client(s3_endpoint).head_object(Bucket=bucket, Key=key)

@@ -31,6 +31,23 @@ def _marker() -> Path | None:
     return marker if marker.exists() else None
 
 
+def _bootstrap(
+    checkout: Path, env: dict[str, str], *, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`source scripts/bootstrap.sh` in the checkout, which must succeed."""
+    done = subprocess.run(
+        ["bash", "-c", "source scripts/bootstrap.sh && echo BOOTSTRAPPED"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0 and "BOOTSTRAPPED" in done.stdout, done.stderr[-4000:]
+    return done
+
+
 @pytest.mark.skipif(_marker() is None, reason="no PEP 668 python3 at /usr/bin/python3 here")
 def test_bootstrap_works_on_a_pep_668_python_with_a_fresh_home(tmp_path: Path) -> None:
     checkout = tmp_path / "checkout"
@@ -69,16 +86,7 @@ def test_bootstrap_works_on_a_pep_668_python_with_a_fresh_home(tmp_path: Path) -
         ["python3", "-m", "pip", "list"], env=env, capture_output=True, text=True, check=True
     ).stdout
 
-    done = subprocess.run(
-        ["bash", "-c", "source scripts/bootstrap.sh && echo BOOTSTRAPPED"],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0 and "BOOTSTRAPPED" in done.stdout, done.stderr[-4000:]
+    _bootstrap(checkout, env, timeout=900)
 
     assert (checkout / ".tools" / "bin" / "uv").exists()
     config = (checkout / ".venv" / "pyvenv.cfg").read_text()
@@ -112,14 +120,5 @@ def test_bootstrap_works_on_a_pep_668_python_with_a_fresh_home(tmp_path: Path) -
         "UV_OFFLINE": "1",
         "UV_INDEX_URL": "http://127.0.0.1:9/simple",
     }
-    again = subprocess.run(
-        ["bash", "-c", "source scripts/bootstrap.sh && echo BOOTSTRAPPED"],
-        cwd=checkout,
-        env=offline,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert again.returncode == 0 and "BOOTSTRAPPED" in again.stdout, again.stderr[-4000:]
+    again = _bootstrap(checkout, offline, timeout=300)
     assert "fetching uv" not in again.stderr
