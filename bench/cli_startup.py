@@ -2,7 +2,8 @@
 own) of `headwater --help` and `headwater-client --help`, of operator commands on
 SQLite (`companies create`, `credentials create`, `datasets show`), and of what an API
 process does before it serves (`import headwater.main` and `create_app()`), median of
---runs, optionally A/B against an older revision of this repository (a git worktree,
+--runs, beside the bare interpreter's start (`python -c pass`, the anchor, in turns with
+them), optionally A/B against an older revision of this repository (a git worktree,
 run with this .venv), alternating the two in the same minutes. Targets (issue 35): an
 operator command <= 0.5 s CPU beside its database work, `--help` <= 0.3 s CPU.
 
@@ -25,7 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CLI = ["-m", "headwater.cli"]
 SCHEMA = ROOT / "bench" / "cli_schema.json"
+# The anchor: the bare interpreter starting and stopping, in turns with the commands.
+BARE = "bare python"
 COMMANDS = {
+    BARE: ["-c", "pass"],
     "--help": [*CLI, "--help"],
     "client --help": ["-m", "headwater_client.cli", "--help"],
     "companies create": [*CLI, "companies", "create", "Bench"],
@@ -111,8 +115,12 @@ def main() -> None:
     for (name, label), values in times.items():
         wall = statistics.median(v[0] for v in values)
         cpu = statistics.median(v[1] for v in values)
+        bare = statistics.median(v[1] for v in times[(name, BARE)])
         runs = " ".join(f"{v[1]:.2f}" for v in values)
-        print(f"{name:12s} {label:19s} wall {wall:.2f} s  CPU {cpu:.2f} s  (CPU: {runs})")
+        print(
+            f"{name:12s} {label:19s} wall {wall:.2f} s  CPU {cpu:.2f} s = {cpu / bare:.1f}x "
+            f"the bare interpreter's {bare:.2f} s  (CPU: {runs})"
+        )
 
 
 if __name__ == "__main__":
