@@ -193,6 +193,23 @@ DELIVERING = {
 }
 
 
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The environment of a `headwater worker` process on the tests' database that
+    delivers as `DELIVERING` does."""
+    env = {
+        "HEADWATER_DATA_DIR": str(settings.data_dir),
+        "HEADWATER_WEBHOOK_ALLOW_HTTP": "true",
+        "HEADWATER_WEBHOOK_ALLOW_PRIVATE": "true",
+        "HEADWATER_WEBHOOK_POLL_SECONDS": "0.05",
+        "HEADWATER_WEBHOOK_TIMEOUT_SECONDS": "2",
+        "HEADWATER_FILE_WORKERS": "0",
+        "HEADWATER_LOG_LEVEL": "WARNING",
+    }
+    if settings.database_url:
+        env["HEADWATER_DATABASE_URL"] = settings.database_url
+    return env
+
+
 @pytest.fixture
 def delivering(make_client: Callable[..., TestClient]) -> TestClient:
     """An app on the same database whose worker delivers webhooks (loopback allowed)."""

@@ -8,30 +8,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from tests.http_server import ServerProcess
-from tests.webhooks.conftest import HookTenant
+from tests.webhooks.conftest import HookTenant, worker_env
 from tests.webhooks.receiver import Receiver
-
-
-def _env(settings: Settings, data_dir: Path) -> dict[str, str]:
-    env = {
-        "HEADWATER_DATA_DIR": str(data_dir),
-        "HEADWATER_WEBHOOK_ALLOW_HTTP": "true",
-        "HEADWATER_WEBHOOK_ALLOW_PRIVATE": "true",
-        "HEADWATER_WEBHOOK_POLL_SECONDS": "0.05",
-        "HEADWATER_WEBHOOK_TIMEOUT_SECONDS": "2",
-        "HEADWATER_FILE_WORKERS": "0",
-        "HEADWATER_LOG_LEVEL": "WARNING",
-    }
-    if settings.database_url:
-        env["HEADWATER_DATABASE_URL"] = settings.database_url
-    return env
 
 
 @pytest.mark.http
@@ -46,7 +30,7 @@ def test_a_worker_killed_mid_delivery_delivers_after_restart(
     creator = hooks.using(make_client(**DELIVERING | {"worker_enabled": False}))
     endpoint = creator.endpoint(receiver.at("/held", delay=3), ["transaction.completed"])
     worker = ServerProcess(
-        _env(settings, settings.data_dir),
+        worker_env(settings),
         log=settings.data_dir / "webhook-worker.log",
         command="worker",
     )

@@ -17,8 +17,13 @@ read.
 
 Slots: at most `webhook_concurrency` attempts in flight in this process, and at most
 `webhook_endpoint_concurrency` per endpoint across every process (`dispatch.claim`
-counts the leases in the database), so a slow receiver holds a few slots and never
-delays another's deliveries. A slot is free once the receiver has answered; the
+counts the leases in the database, queued or attempted), so a slow receiver holds a few
+slots and never delays another's deliveries. The process leases up to `LEASE_AHEAD`
+rounds of deliveries at once and keeps those it cannot attempt yet in a queue, so that
+leasing the next ones (tens of milliseconds of database work) overlaps the attempts
+instead of leaving every slot idle while it runs; a queued delivery is attempted only
+while its lease still covers the timeout with a margin. A slot is free once the
+receiver has answered; the
 outcomes are written by one recorder, many in a database transaction (until then the
 delivery's lease keeps it from being claimed again; a process that dies first leaves it
 to be attempted again: at least once).
@@ -27,12 +32,12 @@ to be attempted again: at least once).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import socket
 import time
 import uuid
-from collections import defaultdict
 from datetime import timedelta
 
 import aiohttp
@@ -59,6 +64,10 @@ RECORD_BATCH = 500
 MAX_SESSIONS = 512
 # seconds between tries while the database cannot be reached
 UNAVAILABLE_PAUSE = 2.0
+# deliveries leased at most, queued and in flight, in rounds of `webhook_concurrency`
+LEASE_AHEAD = 2
+# a queued delivery is attempted only while its lease has this much beyond the timeout
+LEASE_MARGIN = timedelta(seconds=5)
 
 
 def headers(claimed: Claimed, timestamp: int) -> dict[str, str]:
@@ -85,8 +94,10 @@ class Deliverer:
         self.timeout = settings.webhook_timeout_seconds
         # an attempt's lease: its timeout and a margin for recording it
         self.lease = timedelta(seconds=self.timeout + 15)
-        self.in_flight: dict[uuid.UUID, int] = defaultdict(int)
+        self.in_flight: dict[uuid.UUID, int] = collections.defaultdict(int)
         self.tasks: dict[asyncio.Task[None], Claimed] = {}
+        self.queued: collections.deque[Claimed] = collections.deque()
+        self.stopping = False
         self.freed = asyncio.Event()
         self.sessions: dict[uuid.UUID, aiohttp.ClientSession] = {}
         self.closing: set[asyncio.Future[None]] = set()
@@ -144,6 +155,7 @@ class Deliverer:
                 stopping.cancel()
                 freed.cancel()
         finally:
+            self.stopping = True  # no queued delivery starts now: they are handed back
             if self.tasks:
                 await asyncio.wait(self.tasks, timeout=self.settings.shutdown_timeout_seconds)
             await self._hand_back()
@@ -153,14 +165,16 @@ class Deliverer:
                 await session.close()
 
     async def _hand_back(self) -> None:
-        """Attempts still running at shutdown are stopped, their deliveries due again at
-        once for another worker (`jobs.hand_back`) rather than after their leases."""
+        """Attempts still running at shutdown are stopped and queued ones dropped, their
+        deliveries due again at once for another worker (`jobs.hand_back`) rather than
+        after their leases."""
         left = {task: claimed for task, claimed in self.tasks.items() if not task.done()}
         for task in left:
             task.cancel()
         if left:
             await asyncio.wait(left)
-        leases = [(claimed.delivery_id, claimed.until) for claimed in left.values()]
+        leases = [(c.delivery_id, c.until) for c in [*left.values(), *self.queued]]
+        self.queued.clear()
         try:
             await anyio.to_thread.run_sync(jobs.hand_back, self.db, dispatch.DELIVERIES, leases)
         except Exception as exc:  # their leases run out instead
@@ -192,32 +206,50 @@ class Deliverer:
     async def _step(self) -> bool:
         """One round; True if it found work (so the next round starts at once)."""
         sequenced = await anyio.to_thread.run_sync(dispatch.sequence_followed, self.db)
-        free = self.settings.webhook_concurrency - len(self.tasks)
+        concurrency = self.settings.webhook_concurrency
+        # lease when at least half a round has room, so that leases come in rounds
+        room = LEASE_AHEAD * concurrency - len(self.tasks) - len(self.queued)
         claimed: list[Claimed] = []
-        if free > 0:
+        if room >= max(1, concurrency // 2):
             claimed = await anyio.to_thread.run_sync(
                 lambda: dispatch.claim(
                     self.db,
                     self.box,
-                    limit=free,
+                    limit=room,
                     per_endpoint=self.settings.webhook_endpoint_concurrency,
                     lease=self.lease,
                 )
             )
-        for item in claimed:
-            self.in_flight[item.endpoint_id] += 1
-            task = asyncio.create_task(self._attempt(item))
-            self.tasks[task] = item
-            task.add_done_callback(self._forget)
+        self.queued.extend(claimed)
+        self._start_queued()
         now = time.monotonic()
         if now - self._gauge_at > GAUGE_SECONDS:
             self._gauge_at = now
             age = await anyio.to_thread.run_sync(dispatch.oldest_pending_seconds, self.db)
             metrics.OLDEST_PENDING.set(age)
-        return bool(sequenced) or len(claimed) == free > 0
+        return bool(sequenced) or (bool(claimed) and len(claimed) == room)
+
+    def _start_queued(self) -> None:
+        """Attempt queued deliveries while slots are free, in the order they were
+        leased; one whose lease no longer covers an attempt is left to run out (the
+        delivery is due again then)."""
+        latest = utcnow_ms() + timedelta(seconds=self.timeout) + LEASE_MARGIN
+        while (
+            self.queued
+            and not self.stopping
+            and len(self.tasks) < self.settings.webhook_concurrency
+        ):
+            item = self.queued.popleft()
+            if item.until < latest:
+                continue
+            self.in_flight[item.endpoint_id] += 1
+            task = asyncio.create_task(self._attempt(item))
+            self.tasks[task] = item
+            task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self.tasks.pop(task, None)
+        self._start_queued()
 
     async def _attempt(self, claimed: Claimed) -> None:
         try:

@@ -1,0 +1,94 @@
+"""Leasing ahead: a worker leases up to two rounds of deliveries, attempts one round at
+a time, and hands the queued ones back when it stops (webhooks/sender.py)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import func, select
+from starlette.testclient import TestClient
+
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.kit.clock import utcnow
+from headwater.webhooks.models import WebhookDelivery
+from tests.http_server import ServerProcess
+from tests.webhooks.conftest import DELIVERING, HookTenant, worker_env
+from tests.webhooks.receiver import Receiver
+
+
+@contextmanager
+def database(settings: Settings) -> Iterator[Database]:
+    db = Database(settings)
+    try:
+        yield db
+    finally:
+        db.dispose()
+
+
+def leased(settings: Settings) -> int:
+    with database(settings) as db, db.read_connection() as connection:
+        return int(
+            connection.scalar(select(func.count()).where(WebhookDelivery.leased_until.is_not(None)))
+            or 0
+        )
+
+
+def test_a_worker_leases_a_round_ahead_and_attempts_one_round_at_a_time(
+    hooks: HookTenant,
+    make_client: Callable[..., TestClient],
+    receiver: Receiver,
+    settings: Settings,
+) -> None:
+    """One slot: while the first attempt is held, a second delivery is leased and
+    queued (two leases), and no two requests ever overlap."""
+    worker = hooks.using(make_client(**DELIVERING | {"webhook_concurrency": 1}))
+    endpoint = worker.endpoint(receiver.at("/one", delay=1.0), ["dataset.schema_version_added"])
+    hooks.write_events(settings, 3)
+    receiver.wait_for("/one", 1)
+    assert leased(settings) == 2
+    arrivals = sorted(r.at for r in receiver.wait_for("/one", 3, timeout=30))
+    assert all(b - a >= 0.9 for a, b in itertools.pairwise(arrivals))
+    hooks.wait_deliveries(
+        endpoint["id"], lambda found: [d["status"] for d in found] == ["delivered"] * 3
+    )
+
+
+@pytest.mark.http
+def test_a_stopping_worker_hands_its_queued_deliveries_back(
+    hooks: HookTenant,
+    make_client: Callable[..., TestClient],
+    receiver: Receiver,
+    settings: Settings,
+) -> None:
+    """A worker with one slot stops while an attempt is held and a second delivery waits
+    in its queue: the queued one is due again at once, not after its lease, and was never
+    attempted."""
+    creator = hooks.using(make_client(**DELIVERING | {"worker_enabled": False}))
+    endpoint = creator.endpoint(receiver.at("/held", delay=1.5), ["dataset.schema_version_added"])
+    process = ServerProcess(
+        worker_env(settings) | {"HEADWATER_WEBHOOK_CONCURRENCY": "1"},
+        log=settings.data_dir / "lease-ahead-worker.log",
+        command="worker",
+    )
+    process.start()
+    try:
+        hooks.write_events(settings, 2)
+        receiver.wait_for("/held", 1, timeout=30)
+        assert leased(settings) == 2
+    finally:
+        process.stop()
+    assert leased(settings) == 0
+    deliveries = hooks.deliveries(endpoint["id"])
+    waiting = [d for d in deliveries if d["status"] == "pending"]
+    assert [d["status"] for d in deliveries].count("delivered") == 1
+    assert len(waiting) == 1 and waiting[0]["attempts"] == []
+    with database(settings) as db, db.read_connection() as connection:
+        due = connection.scalar(
+            select(WebhookDelivery.next_attempt_at).where(WebhookDelivery.status == "pending")
+        )
+    assert due is not None and due <= utcnow()
+    assert len(receiver.requests("/held")) == 1
