@@ -10,6 +10,10 @@ once. Pushes of one record each from THREADS threads.
       endpoints with the service's limits (64 in flight, 4 per endpoint); B the service
       delivering DRAIN_EVENTS events pushed at once to the same number of endpoints
       (from the first push to the last arrival) -> deliveries/s of each, and the ratio
+  (1r) the cost of delivering at a rate the deliveries keep up with, on the same
+      endpoints: KEEP_RATE pushes/s for SECONDS, A B A B, A every endpoint disabled and
+      B every endpoint enabled -> pushes/s reached and push latency p50/p99 in each, B/A,
+      and how long after B's last push its last delivery arrived (the backlog drained)
   (1) the cost of delivering, on the same 2 cores: pushes as fast as they go for SECONDS,
       alternating (A B A B) A: every endpoint disabled (events are written, nothing is
       delivered) and B: every endpoint enabled (each event fanned out and delivered)
@@ -25,7 +29,7 @@ of the bare client; healthy p99 <= 1 s with slow and failing endpoints present; 
 with events >= 0.9 of without.
 
     uv run python -m bench.webhooks [--endpoints 100 --slow 10 --failing 10 --seconds 20
-                                     --rate 4 --drain-events 100]
+                                     --rate 4 --keep-rate 8 --drain-events 100]
 """
 
 from __future__ import annotations
@@ -163,9 +167,10 @@ def push_for(
     threads: int,
     rate: float | None = None,
     limit: int | None = None,
+    latencies: list[float] | None = None,
 ) -> int:
     """Single-record pushes for `seconds`: as fast as they go, or `rate` a second; at
-    most `limit` in all."""
+    most `limit` in all. Each push's seconds are added to `latencies`, if given."""
     done = [0] * threads
     started = time.monotonic()
     deadline = started + seconds
@@ -185,7 +190,10 @@ def push_for(
                     "dataset_id": "orders",
                     "data": {"order_id": f"{k}-{n}", "amount": 1.5},
                 }
+                sent = time.perf_counter()
                 response = http.post("/platform/v1/data/json", json=body)
+                if latencies is not None:
+                    latencies.append(time.perf_counter() - sent)
                 assert response.status_code == 200, response.text
                 n += 1
             done[k] = n
@@ -302,8 +310,58 @@ def throughput(url: str, admin: dict[str, str], port: int, args: Any) -> dict[st
             f"service {rates['service'][-1]:,.0f}/s",
             flush=True,
         )
+    keeping(url, hooked, port, args)
     hooked.delete()
     return rates
+
+
+def keeping(url: str, hooked: Hooked, port: int, args: Any) -> None:
+    """(1r): pushes at `keep_rate` a second with every endpoint disabled (A) and enabled
+    (B), in turns; prints what each reached, their latencies, and the drain after B."""
+    reached: dict[str, list[float]] = {"A": [], "B": []}
+    p50: dict[str, list[float]] = {"A": [], "B": []}
+    for _ in range(args.rounds):
+        for phase in ("A", "B"):
+            hooked.set_status("disabled" if phase == "A" else "enabled", "ok")
+            base = arrived(port)
+            latencies: list[float] = []
+            count = push_for(
+                url,
+                hooked.headers,
+                "bench-t",
+                args.seconds,
+                args.threads,
+                rate=args.keep_rate,
+                latencies=latencies,
+            )
+            ended = time.time()
+            reached[phase].append(count / args.seconds)
+            p50[phase].append(percentile(latencies, 50))
+            line = (
+                f"(1r) {phase}: {count / args.seconds:.1f} pushes/s, latency p50 "
+                f"{percentile(latencies, 50) * 1000:.1f} ms, p99 "
+                f"{percentile(latencies, 99) * 1000:.1f} ms"
+            )
+            if phase == "A":
+                # A's events sequenced while no endpoint wants them (a feed read does it),
+                # so that B delivers only its own
+                httpx.get(
+                    f"{url}/platform/v1/events",
+                    params={"limit": 1},
+                    headers=hooked.manage,
+                    timeout=60,
+                ).raise_for_status()
+            else:
+                last = wait_arrived(port, base + count * args.endpoints)
+                line += f"; the last delivery arrived {last - ended:.2f} s after the last push"
+            print(line, flush=True)
+    a, b = statistics.median(reached["A"]), statistics.median(reached["B"])
+    la, lb = statistics.median(p50["A"]), statistics.median(p50["B"])
+    print(
+        f"\n(1r) at {args.keep_rate:g} pushes/s: reached A {a:.1f}/s, B {b:.1f}/s: B/A "
+        f"{b / a:.3f} (target >= 0.9); push p50 A {la * 1000:.1f} ms, B {lb * 1000:.1f} ms",
+        flush=True,
+    )
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -320,6 +378,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--rate", type=float, default=4, help="pushes/s in (2)")
+    parser.add_argument("--keep-rate", type=float, default=8, help="pushes/s in (1r)")
     parser.add_argument("--drain-events", type=int, default=100, help="events a trial of (0)")
     args = parser.parse_args()
 
