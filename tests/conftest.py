@@ -21,6 +21,7 @@ from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.main import create_app
+from tests import http_server
 from tests.factories import (
     OPERATOR_ID,
     OPERATOR_SECRET,
@@ -38,6 +39,13 @@ hypothesis_settings.register_profile(
     "headwater", deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 hypothesis_settings.load_profile("headwater")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Which test runs now, for `tests.http_server.start_server`'s check (before any
+    fixture of the test starts a server)."""
+    http_server.CURRENT[:] = [item]
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])

@@ -1,4 +1,8 @@
-"""A real `headwater serve` process on a free loopback port, for behaviour about HTTP."""
+"""A real `headwater serve` process on a free loopback port, for behaviour about HTTP.
+
+Every server process a test starts goes through `start_server`, which refuses to start
+one for a test not marked `http`: those tests run in a pytest step of their own
+(`scripts/test`), so a test that starts servers can never hide in the quick step."""
 
 from __future__ import annotations
 
@@ -14,6 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
+
+# the test being run (`tests/conftest.py` sets it before each test's set-up)
+CURRENT: list[pytest.Item] = []
+
+
+def start_server(argv: Sequence[str], **popen: object) -> subprocess.Popen[bytes]:
+    """`subprocess.Popen(argv)` of a long-running Headwater process, for a test marked
+    `http` only."""
+    if CURRENT and CURRENT[-1].get_closest_marker("http") is None:
+        pytest.fail(
+            f"{CURRENT[-1].nodeid} starts a server process ({' '.join(argv[2:4])}): "
+            "mark it @pytest.mark.http",
+            pytrace=False,
+        )
+    return subprocess.Popen(argv, **popen)  # type: ignore[call-overload,no-any-return]
 
 
 def free_port() -> int:
@@ -102,7 +122,7 @@ class ServerProcess:
         if self.command == "serve":
             argv += ["--port", str(self.port)]
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
+            self.process = start_server(
                 [*argv, *self.args], env=self.env, stdout=out, stderr=subprocess.STDOUT
             )
         if self.command == "serve":
@@ -164,7 +184,7 @@ def start_listener(command: str, env: dict[str, str], tmp: Path) -> Listener:
     log = tmp / f"{ready.name}.log"
     with log.open("ab") as out:
         argv = [sys.executable, "-m", "headwater.cli", command, "--port", "0"]
-        process = subprocess.Popen(
+        process = start_server(
             [*argv, "--ready-file", str(ready)],
             env=process_env(env),
             stdout=out,

@@ -24,7 +24,7 @@ from headwater.files.models import FileJob, FileUpload
 from headwater.ingestion.models import Record
 from headwater.runtime import Runtime
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
-from tests.http_server import same_database
+from tests.http_server import same_database, start_server
 
 
 def runtime_of(client: TestClient) -> Runtime:
@@ -71,6 +71,7 @@ def uploaded(tenant: FileTenant, rows: int, start: int = 0) -> str:
     return str(ticket["transaction_id"])
 
 
+@pytest.mark.http
 def test_several_workers_share_the_queue_without_processing_a_file_twice(
     file_tenant: FileTenant, backend: str
 ) -> None:
@@ -113,7 +114,7 @@ def worker_inside_file(
     }
     log = Path(settings.data_dir) / log_name
     with log.open("wb") as out:
-        process = subprocess.Popen(
+        process = start_server(
             [sys.executable, "-m", "headwater.cli", "worker"],
             env=full,
             stdout=out,
@@ -139,6 +140,7 @@ def worker_inside_file(
             process.wait()
 
 
+@pytest.mark.http
 def test_a_worker_killed_mid_file_leaves_a_job_that_runs_again_once(
     file_tenant: FileTenant,
     settings: Settings,
@@ -360,6 +362,7 @@ def _cut_off_put(url: str, *, declared: int, sent: bytes) -> None:
         time.sleep(0.3)
 
 
+@pytest.mark.http
 def test_a_worker_stopped_with_sigterm_mid_file_hands_the_job_back(
     file_tenant: FileTenant, settings: Settings
 ) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.http_server import free_port
+from tests.http_server import free_port, start_server
 
 pytestmark = pytest.mark.http
 
@@ -49,7 +49,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
     }
     log = work / "demo.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(
+        process = start_server(
             [sys.executable, "-m", "headwater.cli", "demo", "--port", str(port)],
             cwd=work,
             env=env,

@@ -15,10 +15,14 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 
 from tests.http_server import ServerProcess
 from tests.ingestion.conftest import DataTenant, order
 from tests.reliability.conftest import operator_headers, server_env
+
+# every test here starts server processes (run in scripts/test's second step)
+pytestmark = pytest.mark.http
 
 PUSHERS = 4
 BATCHES = 12  # per pusher

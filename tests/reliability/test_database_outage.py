@@ -9,10 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.http_server import ServerProcess
 from tests.ingestion.conftest import DataTenant, order
 from tests.reliability.conftest import PrivatePostgres, operator_headers, server_env
+
+# every test here starts server processes (run in scripts/test's second step)
+pytestmark = pytest.mark.http
 
 
 @dataclass(frozen=True)

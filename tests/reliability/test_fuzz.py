@@ -41,6 +41,9 @@ from tests.http_server import ServerProcess
 from tests.ingestion.conftest import DataTenant
 from tests.reliability.conftest import operator_headers, server_env
 
+# every test here starts server processes (run in scripts/test's second step)
+pytestmark = pytest.mark.http
+
 FUZZ_EXAMPLES = int(os.environ.get("HEADWATER_FUZZ_EXAMPLES", "12"))
 CHECKS = [
     not_a_server_error,

@@ -25,6 +25,9 @@ from tests.http_server import ServerProcess
 from tests.ingestion.conftest import order
 from tests.reliability.conftest import operator_headers, server_env
 
+# every test here starts server processes (run in scripts/test's second step)
+pytestmark = pytest.mark.http
+
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 

@@ -581,6 +581,7 @@ def test_secrets_are_not_echoed_in_error_bodies(client: TestClient) -> None:
     assert forged not in rejected.text
 
 
+@pytest.mark.http
 def test_tokens_and_secrets_are_not_logged(tmp_path: Path) -> None:
     """A real server at INFO: tokens, secrets and presigned signatures stay out of its log."""
     env = {
