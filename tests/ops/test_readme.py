@@ -1,7 +1,10 @@
 """The README's two set-up commands and its examples: `headwater demo` writes
-headwater-data/demo.env and prints a few calls; every ```sh block of the README runs as
-written against it, in a fresh shell that sourced demo.env (curl fails on any HTTP
-error there)."""
+headwater-data/demo.env and prints a few calls; every ```sh and ```python block of the
+README and of the docs pages runs as written against it, in a fresh shell that sourced
+demo.env (curl fails on any HTTP error there; a python block runs with the demo's
+interpreter). A receiver (a block that serves forever) runs in a process of its own
+while a test event is sent to it. ```text blocks are diagrams, listings of syntax and
+settings for other machines: not run."""
 
 from __future__ import annotations
 
@@ -28,6 +31,22 @@ STRICT_CURL = 'curl() { command curl --fail-with-body "$@"; }\n'
 
 def sh_blocks(text: str) -> list[str]:
     return re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)
+
+
+def examples(text: str) -> list[tuple[str, str]]:
+    """The ```sh and ```python blocks, in order: (kind, text)."""
+    return re.findall(r"^```(sh|python)\n(.*?)^```", text, re.M | re.S)
+
+
+def as_script(kind: str, block: str) -> str:
+    """A block as a bash script (a python block: fed to the demo's interpreter)."""
+    if kind == "sh":
+        return block
+    return f".venv/bin/python - <<'PYTHON'\n{block}PYTHON\n"
+
+
+def serves(block: str) -> bool:
+    return "serve_forever()" in block
 
 
 @pytest.fixture(scope="module")
@@ -146,11 +165,13 @@ def test_every_example_of_the_readme_and_the_docs_runs_as_written_against_the_de
     demo: dict[str, object],
 ) -> None:
     readme = (ROOT / "README.md").read_text()
-    blocks = [("README.md", b) for b in sh_blocks(readme)]
+    blocks = [("README.md", as_script(*b)) for b in examples(readme)]
     assert len(blocks) >= 8  # the tour's examples, not none of them
     assert blocks[0][1].startswith("source headwater-data/demo.env")
     for page in PAGES:
-        blocks += [(page, b) for b in sh_blocks((ROOT / page).read_text())]
+        found = examples((ROOT / page).read_text())
+        blocks += [(page, as_script(kind, b)) for kind, b in found if not serves(b)]
+    assert sum(".venv/bin/python - <<'PYTHON'" in b for _, b in blocks) >= 1
     failures = []
     outputs = []
     for number, (page, block) in enumerate(blocks):
@@ -163,6 +184,8 @@ def test_every_example_of_the_readme_and_the_docs_runs_as_written_against_the_de
                 f"{done.stdout}\n{done.stderr}"
             )
     assert not failures, "\n\n".join(failures)
+    # the feed example followed the demo's records to the end for now
+    assert re.search(r"^[1-9]\d* records$", "".join(outputs), re.M)
     # what the examples did is visible: the tour's upload completed, the client pushed
     tour = "".join(outputs[: len(sh_blocks(readme))])
     answers = [json.loads(line) for line in tour.splitlines() if line.startswith('{"')]
@@ -176,3 +199,66 @@ def test_every_example_of_the_readme_and_the_docs_runs_as_written_against_the_de
     duck = outputs[next(n for n, (_, block) in enumerate(blocks) if "import duckdb" in block)]
     counted = re.search(r"│\s+(\d+)\s+│\s+[\d.]+\s+│", duck)
     assert counted is not None and int(counted.group(1)) > 0, duck
+
+
+def test_the_receiver_example_verifies_a_test_event_sent_to_it(demo: dict[str, object]) -> None:
+    """The docs' receiver, run as written with an endpoint's secret, prints the test
+    event it verified; a body signed with another secret gets 400."""
+    (receiver,) = [
+        b
+        for kind, b in examples((ROOT / "docs/events-and-webhooks.md").read_text())
+        if kind == "python" and serves(b)
+    ]
+    port = free_port()
+    made = _run(
+        demo,
+        "source headwater-data/demo.env\n"
+        f'curl -s -X POST "$BASE/platform/v1/webhook_endpoints" -H "Authorization: Bearer $TOKEN"'
+        " -H 'Content-Type: application/json'"
+        f' -d \'{{"url": "http://127.0.0.1:{port}/hooks",'
+        ' "event_types": ["transaction.rejected"]}\'',
+    )
+    assert made.returncode == 0, made.stderr
+    endpoint = json.loads(made.stdout)
+    work = demo["work"]
+    env = demo["env"]
+    assert isinstance(work, Path) and isinstance(env, dict)
+    process = subprocess.Popen(
+        [str(work / ".venv/bin/python"), "-c", receiver],
+        cwd=work,
+        env=env | {"WEBHOOK_SECRET": endpoint["secret"], "PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # listening?
+            try:
+                forged = httpx.post(
+                    f"http://127.0.0.1:{port}/hooks",
+                    content=b"{}",
+                    headers={
+                        "webhook-id": "evt_forged",
+                        "webhook-timestamp": str(int(time.time())),
+                        "webhook-signature": "v1,Zm9yZ2Vk",
+                    },
+                )
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the receiver did not start"
+                time.sleep(0.1)
+        assert forged.status_code == 400
+        sent = _run(
+            demo,
+            "source headwater-data/demo.env\n"
+            f'curl -s -X POST "$BASE/platform/v1/webhook_endpoints/{endpoint["id"]}/test"'
+            ' -H "Authorization: Bearer $TOKEN"',
+        )
+        assert sent.returncode == 0, sent.stderr
+        event_id = json.loads(sent.stdout)["event_id"]
+        assert process.stdout is not None
+        assert process.stdout.readline().split() == ["webhook.test", event_id]
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)  # and its pipe closed
