@@ -41,11 +41,18 @@ hypothesis_settings.register_profile(
 hypothesis_settings.load_profile("headwater")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Which test runs now, for `tests.http_server.start_server`'s check (before any
-    fixture of the test starts a server)."""
-    http_server.CURRENT[:] = [item]
+class _Running:
+    """Which test runs now, for `tests.http_server.start_server`'s check: set before any
+    fixture of the test starts a server. A plugin, so that it sees the client's tests
+    too (a conftest's own hooks see only the items below it)."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        http_server.CURRENT[:] = [item]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_Running(), "headwater-running-test")
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])

@@ -14,6 +14,8 @@ from test_client_cli import json_lines, run
 from conftest import Tenant, orders
 from headwater_client import NotFound
 
+pytestmark = pytest.mark.http
+
 
 def test_follow_reads_every_record_once_and_resumes_from_a_saved_cursor(tenant: Tenant) -> None:
     with tenant.client() as hw:
