@@ -6,9 +6,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jwt
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -36,6 +35,9 @@ from headwater.identity.secrets import hash_secret, new_client_id, new_secret, v
 from headwater.identity.tokens import COMPANY_SCOPES, SCOPES, Revocations, sign_token
 from headwater.kit.clock import utcnow
 from headwater.kit.pagination import PageQuery, paginate
+
+if TYPE_CHECKING:
+    import jwt
 
 # --- companies ---------------------------------------------------------------------------
 

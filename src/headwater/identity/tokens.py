@@ -6,14 +6,17 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import jwt
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from headwater.errors import Forbidden, InvalidToken
 from headwater.identity.keys import KeyCache
 from headwater.kit.actor import Actor
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+
+# PyJWT is imported where it is used (identity/keys.py says why).
 
 SCOPES: dict[str, str] = {
     "data:write": "Push records and ask for file upload URLs.",
@@ -93,17 +96,24 @@ def sign_token(
         "client_ids": client_ids,
         "author_id": str(author_id),
     }
+    import jwt
+
     return jwt.encode(claims, private_key, algorithm=algorithm, headers={"kid": kid})  # type: ignore[arg-type]
 
 
-_DECODE_ERRORS: list[tuple[type[Exception], str]] = [
-    (jwt.ExpiredSignatureError, "The token has expired."),
-    (jwt.ImmatureSignatureError, "The token is not valid yet (nbf or iat in the future)."),
-    (jwt.InvalidAudienceError, "The token was issued for another audience."),
-    (jwt.InvalidIssuerError, "The token was issued by another issuer."),
-    (jwt.InvalidSignatureError, "The token's signature does not verify."),
-    (jwt.MissingRequiredClaimError, "The token lacks a required claim."),
-]
+@cache
+def _decode_errors() -> list[tuple[type[Exception], str]]:
+    """What each of PyJWT's refusals tells the caller."""
+    import jwt
+
+    return [
+        (jwt.ExpiredSignatureError, "The token has expired."),
+        (jwt.ImmatureSignatureError, "The token is not valid yet (nbf or iat in the future)."),
+        (jwt.InvalidAudienceError, "The token was issued for another audience."),
+        (jwt.InvalidIssuerError, "The token was issued by another issuer."),
+        (jwt.InvalidSignatureError, "The token's signature does not verify."),
+        (jwt.MissingRequiredClaimError, "The token lacks a required claim."),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +191,8 @@ class TokenVerifier:
         return principal
 
     async def _verify(self, token: str) -> tuple[Principal, dict[str, Any]]:
+        import jwt
+
         if "=" in token:  # RFC 7515: base64url without padding
             raise InvalidToken("The token is not a well-formed JWT (base64url has no padding).")
         try:
@@ -210,7 +222,7 @@ class TokenVerifier:
             )
         except jwt.PyJWTError as exc:
             detail = next(
-                (text for cls, text in _DECODE_ERRORS if isinstance(exc, cls)),
+                (text for cls, text in _decode_errors() if isinstance(exc, cls)),
                 "The token is invalid.",
             )
             raise InvalidToken(detail) from None
