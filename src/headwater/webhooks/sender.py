@@ -23,10 +23,9 @@ rounds of deliveries at once and keeps those it cannot attempt yet in a queue, s
 leasing the next ones (tens of milliseconds of database work) overlaps the attempts
 instead of leaving every slot idle while it runs; a queued delivery is attempted only
 while its lease still covers the timeout with a margin. A slot is free once the
-receiver has answered; the
-outcomes are written by one recorder, many in a database transaction (until then the
-delivery's lease keeps it from being claimed again; a process that dies first leaves it
-to be attempted again: at least once).
+receiver has answered; the outcomes are written by one recorder, many in a database
+transaction (until then the delivery's lease keeps it from being claimed again; a
+process that dies first leaves it to be attempted again: at least once).
 """
 
 from __future__ import annotations
