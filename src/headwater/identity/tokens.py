@@ -81,6 +81,8 @@ def sign_token(
     author_id: uuid.UUID,
     lifetime: int,
 ) -> str:
+    import jwt
+
     now = int(time.time())
     claims: dict[str, Any] = {
         "iss": issuer,
@@ -96,8 +98,6 @@ def sign_token(
         "client_ids": client_ids,
         "author_id": str(author_id),
     }
-    import jwt
-
     return jwt.encode(claims, private_key, algorithm=algorithm, headers={"kid": kid})  # type: ignore[arg-type]
 
 
