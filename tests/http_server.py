@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,7 +25,7 @@ import pytest
 CURRENT: list[pytest.Item] = []
 
 
-def start_server(argv: Sequence[str], **popen: object) -> subprocess.Popen[bytes]:
+def start_server(argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
     """`subprocess.Popen(argv)` of a long-running Headwater process, for a test marked
     `http` only."""
     if CURRENT and CURRENT[-1].get_closest_marker("http") is None:
@@ -33,7 +34,8 @@ def start_server(argv: Sequence[str], **popen: object) -> subprocess.Popen[bytes
             "mark it @pytest.mark.http",
             pytrace=False,
         )
-    return subprocess.Popen(argv, **popen)  # type: ignore[call-overload,no-any-return]
+    process: subprocess.Popen[bytes] = subprocess.Popen(argv, **popen)
+    return process
 
 
 def free_port() -> int:
