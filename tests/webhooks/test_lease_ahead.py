@@ -3,9 +3,12 @@ a time, and hands the queued ones back when it stops (webhooks/sender.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -14,7 +17,9 @@ from starlette.testclient import TestClient
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.kit.clock import utcnow
+from headwater.webhooks.dispatch import Claimed
 from headwater.webhooks.models import WebhookDelivery
+from headwater.webhooks.sender import LEASE_MARGIN, Deliverer
 from tests.http_server import ServerProcess
 from tests.webhooks.conftest import DELIVERING, HookTenant, worker_env
 from tests.webhooks.receiver import Receiver
@@ -92,3 +97,33 @@ def test_a_stopping_worker_hands_its_queued_deliveries_back(
         )
     assert due is not None and due <= utcnow()
     assert len(receiver.requests("/held")) == 1
+
+
+def test_a_queued_delivery_whose_lease_no_longer_covers_an_attempt_is_not_attempted(
+    settings: Settings,
+) -> None:
+    """Of two queued deliveries, the one whose lease ends before the timeout plus the
+    margin is left to run out (due again then, for any worker); the other is attempted."""
+    deliverer = Deliverer(None, None, settings)  # type: ignore[arg-type]
+    started: list[int] = []
+
+    async def attempt(claimed: Claimed) -> None:
+        started.append(claimed.delivery_id)
+
+    deliverer._attempt = attempt  # type: ignore[method-assign]
+    now = utcnow()
+    cover = timedelta(seconds=settings.webhook_timeout_seconds) + LEASE_MARGIN
+
+    def queued(delivery_id: int, until: datetime) -> Claimed:
+        return Claimed(delivery_id, uuid.uuid4(), "evt", "https://x.test/", ("s",), b"{}", 0, until)
+
+    async def run() -> None:
+        deliverer.queued.extend(
+            [queued(1, now + cover - timedelta(seconds=1)), queued(2, now + cover * 2)]
+        )
+        deliverer._start_queued()
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert started == [2]
+    assert not deliverer.queued
