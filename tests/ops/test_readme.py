@@ -3,8 +3,8 @@ headwater-data/demo.env and prints a few calls; every ```sh and ```python block 
 README and of the docs pages runs as written against it, in a fresh shell that sourced
 demo.env (curl fails on any HTTP error there; a python block runs with the demo's
 interpreter). A receiver (a block that serves forever) runs in a process of its own
-while a test event is sent to it. ```text blocks are diagrams, listings of syntax and
-settings for other machines: not run."""
+while a test event is sent to it. ```text and ```sql blocks (diagrams, listings of
+syntax, settings for other machines) are held true of the code by test_docs_listings.py."""
 
 from __future__ import annotations
 
