@@ -69,6 +69,7 @@ def test_bootstrap_works_on_a_pep_668_python_with_a_fresh_home(tmp_path: Path) -
         "PATH": "/usr/bin:/bin",  # Debian's python3, and no uv anywhere
         "PYTHON": "python3",
         "BOOTSTRAP_GROUPS": "serve",
+        "PYTHONDONTWRITEBYTECODE": "1",  # as on this project's machines
         # downloads are shared with this machine's cache to keep CI quick; the cache holds
         # packages only, no configuration
         "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(Path.home() / ".cache" / "uv")),
@@ -107,6 +108,11 @@ def test_bootstrap_works_on_a_pep_668_python_with_a_fresh_home(tmp_path: Path) -
     assert "fastapi" in installed and "uvicorn" in installed
     assert not {"pytest", "mypy", "moto", "schemathesis", "playwright"} & installed
     assert "headwater_client" in installed  # the README's examples use it
+    # bytecode written at install, for the packages and this checkout's code alike: with
+    # PYTHONDONTWRITEBYTECODE set, every process compiled them again at start
+    site = next((checkout / ".venv").glob("lib/*/site-packages"))
+    assert list(site.glob("fastapi/__pycache__/routing.*.pyc"))
+    assert list((checkout / "src" / "headwater" / "__pycache__").glob("cli.*.pyc"))
     after = subprocess.run(
         ["python3", "-m", "pip", "list"], env=env, capture_output=True, text=True, check=True
     ).stdout
