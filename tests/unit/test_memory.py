@@ -36,3 +36,27 @@ def test_a_cycle_made_while_collecting_less_is_still_collected() -> None:
         a.other, b.other = b, a
         del a, b  # only the cycle holds them now
         assert gc.collect() >= 2  # the pair found and freed
+
+
+def test_inside_another_it_changes_nothing_and_collects_nothing() -> None:
+    """An app started while another runs (tests start many) leaves the enclosing one's
+    settings as they are, and makes no full collection of what is frozen already."""
+    collections: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    with memory.collecting_less():
+        threshold = gc.get_threshold()
+        gc.callbacks.append(note)
+        try:
+            with memory.collecting_less():
+                assert gc.get_freeze_count() > 0
+                assert gc.get_threshold() == threshold
+            assert 2 not in collections
+        finally:
+            gc.callbacks.remove(note)
+        assert gc.get_freeze_count() > 0  # the enclosing one's freeze still holds
+        assert gc.get_threshold() == threshold
+    assert gc.get_freeze_count() == 0
