@@ -12,9 +12,10 @@ from headwater.identity import keys as keyring
 from headwater.identity import secrets
 
 
-def test_secrets_are_stored_as_argon2id_and_verify() -> None:
+@pytest.mark.usefixtures("real_secret_hashing")
+def test_secrets_are_stored_as_argon2id_at_owasps_cost_and_verify() -> None:
     hashed = secrets.hash_secret("s3cret")
-    assert hashed.startswith("$argon2id$")
+    assert hashed.startswith("$argon2id$v=19$m=19456,t=2,p=1$")  # 19 MiB, two passes
     assert "s3cret" not in hashed
     assert secrets.verify_secret(hashed, "s3cret")
     assert not secrets.verify_secret(hashed, "s3cret ")
@@ -22,7 +23,7 @@ def test_secrets_are_stored_as_argon2id_and_verify() -> None:
 
 
 def test_unknown_id_costs_one_full_hash_check_like_a_wrong_secret(
-    monkeypatch: pytest.MonkeyPatch,
+    real_secret_hashing: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Timing parity: both paths run exactly one argon2 verification of a real hash."""
     real = secrets._hasher
@@ -43,7 +44,7 @@ def test_unknown_id_costs_one_full_hash_check_like_a_wrong_secret(
     assert len(checked) == 2
     assert checked[0] == stored
     params = [h.split("$")[3] for h in checked]
-    assert params[0] == params[1]  # same cost parameters on both paths
+    assert params == ["m=19456,t=2,p=1"] * 2  # the same, real cost on both paths
 
 
 def test_secrets_and_ids_are_random_and_long() -> None:
