@@ -34,10 +34,16 @@ def database(settings: Settings) -> Iterator[Database]:
         db.dispose()
 
 
-def leased(settings: Settings) -> int:
+def leased(settings: Settings, endpoint_id: str) -> int:
+    """The endpoint's deliveries under a lease (other tests' share the database)."""
     with database(settings) as db, db.read_connection() as connection:
         return int(
-            connection.scalar(select(func.count()).where(WebhookDelivery.leased_until.is_not(None)))
+            connection.scalar(
+                select(func.count()).where(
+                    WebhookDelivery.endpoint_id == uuid.UUID(endpoint_id),
+                    WebhookDelivery.leased_until.is_not(None),
+                )
+            )
             or 0
         )
 
@@ -54,7 +60,7 @@ def test_a_worker_leases_a_round_ahead_and_attempts_one_round_at_a_time(
     endpoint = worker.endpoint(receiver.at("/one", delay=1.0), ["dataset.schema_version_added"])
     hooks.write_events(settings, 3)
     receiver.wait_for("/one", 1)
-    assert leased(settings) == 2
+    assert leased(settings, endpoint["id"]) == 2
     arrivals = sorted(r.at for r in receiver.wait_for("/one", 3, timeout=30))
     assert all(b - a >= 0.9 for a, b in itertools.pairwise(arrivals))
     hooks.wait_deliveries(
@@ -83,17 +89,20 @@ def test_a_stopping_worker_hands_its_queued_deliveries_back(
     try:
         hooks.write_events(settings, 2)
         receiver.wait_for("/held", 1, timeout=30)
-        assert leased(settings) == 2
+        assert leased(settings, endpoint["id"]) == 2
     finally:
         process.stop()
-    assert leased(settings) == 0
+    assert leased(settings, endpoint["id"]) == 0
     deliveries = hooks.deliveries(endpoint["id"])
     waiting = [d for d in deliveries if d["status"] == "pending"]
     assert [d["status"] for d in deliveries].count("delivered") == 1
     assert len(waiting) == 1 and waiting[0]["attempts"] == []
     with database(settings) as db, db.read_connection() as connection:
         due = connection.scalar(
-            select(WebhookDelivery.next_attempt_at).where(WebhookDelivery.status == "pending")
+            select(WebhookDelivery.next_attempt_at).where(
+                WebhookDelivery.endpoint_id == uuid.UUID(endpoint["id"]),
+                WebhookDelivery.status == "pending",
+            )
         )
     assert due is not None and due <= utcnow()
     assert len(receiver.requests("/held")) == 1
