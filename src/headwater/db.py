@@ -28,12 +28,11 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from headwater.config import Settings
 from headwater.kit.turns import Turns
@@ -51,7 +50,21 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-JSONDocument = JSON().with_variant(JSONB(), "postgresql")
+
+
+class JSONDocument(TypeDecorator[Any]):
+    """JSON on SQLite, JSONB on PostgreSQL. PostgreSQL's dialect is imported where it is
+    used: SQLite processes (an operator command's 0.5 s) skip its 35 ms."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB())
+        return dialect.type_descriptor(JSON())
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -76,7 +89,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 def dialect_insert(dialect: Dialect) -> Callable[..., Any]:
     """The dialect's own INSERT, with ON CONFLICT (PostgreSQL's or SQLite's)."""
-    return postgresql.insert if dialect.name == "postgresql" else sqlite.insert
+    if dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+
+        return insert
+    return sqlite.insert
 
 
 @contextmanager
