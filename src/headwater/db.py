@@ -51,7 +51,6 @@ NAMING_CONVENTION = {
 }
 
 
-
 class JSONDocument(TypeDecorator[Any]):
     """JSON on SQLite, JSONB on PostgreSQL. PostgreSQL's dialect is imported where it is
     used: SQLite processes (an operator command's 0.5 s) skip its 35 ms."""
