@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, text, update
 from starlette.testclient import TestClient
 
 from headwater import jobs
@@ -90,8 +90,15 @@ def _runtime(client: TestClient) -> Runtime:
 
 
 def _deliveries(client: TestClient, admin: dict[str, str], make_client: MakeClient) -> User:
+    return _deliveries_of(client, admin, make_client)[0]
+
+
+def _deliveries_of(
+    client: TestClient, admin: dict[str, str], make_client: MakeClient
+) -> tuple[User, HookTenant, uuid.UUID]:
     """Deliveries to one endpoint of a new company, made by sequencing its events (an
-    address nothing listens on: the contract never attempts them)."""
+    address nothing listens on: the contract never attempts them); with the company
+    and the endpoint."""
     company = create_company(client, admin, f"D {uuid.uuid4().hex[:6]}")
     loopback = make_client(webhook_allow_http=True, webhook_allow_private=True)
     hooks = HookTenant(client, admin, company).using(loopback)
@@ -106,7 +113,8 @@ def _deliveries(client: TestClient, admin: dict[str, str], make_client: MakeClie
         with runtime.db.read_connection() as connection:
             return sorted(set(_of(connection, endpoint)) - before)
 
-    return User("deliveries", runtime, dispatch.DELIVERIES, WebhookDelivery.attempt_count, made)
+    user = User("deliveries", runtime, dispatch.DELIVERIES, WebhookDelivery.attempt_count, made)
+    return user, hooks, endpoint
 
 
 def _of(connection: Any, endpoint: uuid.UUID) -> Sequence[int]:
@@ -334,3 +342,96 @@ def _endpoint_of(user: User) -> uuid.UUID:
         return connection.execute(
             select(WebhookDelivery.endpoint_id).where(WebhookDelivery.id == user.mine[0])
         ).scalar_one()
+
+
+ENDPOINTS = "/platform/v1/webhook_endpoints"
+
+
+def _record_failures(hooks: HookTenant, endpoint: uuid.UUID, runtime: Runtime) -> Any:
+    """Claims the endpoint's deliveries now; the writer records them as failed."""
+    claimed = _claim(runtime, endpoint)
+    failed = dispatch.Outcome(at=utcnow(), duration_ms=1, status_code=500)
+
+    def call() -> object:
+        return dispatch.record(
+            runtime.db,
+            [(c, failed) for c in claimed],
+            schedule=[60],
+            disable_after=timedelta(days=3),
+        )
+
+    return call
+
+
+def _http(method: str, suffix: str = "", body: dict[str, Any] | None = None) -> Any:
+    """Marks the endpoint's deliveries delivered (a replay and a delete both write such
+    ones); the writer calls the API."""
+
+    def prepare(hooks: HookTenant, endpoint: uuid.UUID, runtime: Runtime) -> Any:
+        with runtime.db.begin() as connection:
+            connection.execute(
+                update(WebhookDelivery)
+                .where(WebhookDelivery.endpoint_id == endpoint)
+                .values(status="delivered", next_attempt_at=None)
+            )
+        url = f"{ENDPOINTS}/{endpoint}{suffix}"
+        return lambda: (
+            hooks.client.request(method, url, json=body, headers=hooks.headers).status_code
+        )
+
+    return prepare
+
+
+# each writer of an endpoint's deliveries, and what it gives when it has waited
+WRITERS = {
+    "a record": (_record_failures, ["retry", "retry"]),
+    "a replay": (_http("POST", "/replay", {"since": "2020-01-01T00:00:00Z"}), 202),
+    "a status change": (_http("PATCH", "", {"status": "disabled"}), 200),
+    "a delete": (_http("DELETE"), 204),
+}
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_an_endpoints_writers_lock_it_before_its_deliveries(
+    client: TestClient, admin: dict[str, str], make_client: MakeClient, backend: str, writer: str
+) -> None:
+    """While another transaction holds an endpoint's row (a delete has begun, say), each
+    writer waits for it holding none of the endpoint's deliveries: the other reaches
+    them, and both finish (in the other order, PostgreSQL ends one as a deadlock)."""
+    if backend != "postgresql":
+        pytest.skip("row locks are PostgreSQL's (SQLite has one writer)")
+    user, hooks, endpoint = _deliveries_of(client, admin, make_client)
+    user.make(2)
+    runtime = user.runtime
+    prepare, expected = WRITERS[writer]
+    write = prepare(hooks, endpoint, runtime)
+    outcome: list[object] = []
+    with runtime.db.begin() as holder:
+        pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        holder.execute(
+            text("SELECT id FROM webhook_endpoints WHERE id = :e FOR NO KEY UPDATE"),
+            {"e": endpoint},
+        )
+        thread = threading.Thread(target=lambda: outcome.append(write()), daemon=True)
+        thread.start()
+        _wait_until_blocked_by(runtime, pid)
+        holder.execute(  # raises if the waiting writer holds any of them
+            text("SELECT id FROM webhook_deliveries WHERE endpoint_id = :e FOR UPDATE NOWAIT"),
+            {"e": endpoint},
+        )
+    thread.join(timeout=60)
+    assert outcome == [expected]
+
+
+def _wait_until_blocked_by(runtime: Runtime, pid: int) -> None:
+    """Until a session waits for `pid`'s locks (a hang guard, not a timing)."""
+    for _ in range(600):
+        with runtime.db.read_connection() as connection:
+            waiting = connection.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE :p = ANY(pg_blocking_pids(pid))"),
+                {"p": pid},
+            ).scalar_one()
+        if waiting:
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("the writer never waited for the endpoint's row")

@@ -397,8 +397,12 @@ def record(
     may be attempting it)."""
     states = ["gone"] * len(done)
     with db.begin() as connection:
-        # the deliveries whose leases still hold, locked (a delete or replay running
-        # now waits for this transaction; one that ran first ended the lease)
+        # the endpoints first, then their deliveries, as every writer of an endpoint
+        # takes them (`lock_endpoints`): a delete, a replay or a status change running
+        # now waits for this transaction, or this one for it, never each for the other
+        lock_endpoints(connection, {claimed.endpoint_id for claimed, _ in done})
+        # the deliveries whose leases still hold, locked (a delete or replay that ran
+        # first ended the lease)
         still = jobs.held(
             connection, DELIVERIES, [(claimed.delivery_id, claimed.until) for claimed, _ in done]
         )
@@ -446,6 +450,19 @@ def record(
             metrics.ATTEMPTS.labels(state).inc()
             metrics.ATTEMPT_SECONDS.observe(outcome.duration_ms / 1000)
     return states
+
+
+def lock_endpoints(connection: Connection, endpoint_ids: set[uuid.UUID]) -> None:
+    """Lock endpoints' rows (`FOR NO KEY UPDATE`, in id order) before their deliveries':
+    the one order of every transaction that writes both (a record, a replay, a status
+    change, a delete), so no two of them wait for each other round a loop."""
+    if endpoint_ids:
+        connection.execute(
+            select(WebhookEndpoint.id)
+            .where(WebhookEndpoint.id.in_(sorted(endpoint_ids)))
+            .order_by(WebhookEndpoint.id)
+            .with_for_update(key_share=True)
+        )
 
 
 def schedule(connection: Connection, endpoint_id: uuid.UUID, *, enabled: bool) -> None:

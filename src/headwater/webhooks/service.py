@@ -81,12 +81,15 @@ def create_endpoint(
     return row, secret
 
 
-def _owned(session: Session, company_id: uuid.UUID, endpoint_id: uuid.UUID) -> WebhookEndpoint:
-    row = session.scalar(
-        select(WebhookEndpoint).where(
-            WebhookEndpoint.id == endpoint_id, WebhookEndpoint.company_id == company_id
-        )
+def _owned(
+    session: Session, company_id: uuid.UUID, endpoint_id: uuid.UUID, *, locked: bool = False
+) -> WebhookEndpoint:
+    """The company's endpoint; `locked`, its row locked before any of its deliveries
+    (`dispatch.lock_endpoints`) by a change that writes them."""
+    chosen = select(WebhookEndpoint).where(
+        WebhookEndpoint.id == endpoint_id, WebhookEndpoint.company_id == company_id
     )
+    row = session.scalar(chosen.with_for_update(key_share=True) if locked else chosen)
     if row is None:
         raise EndpointNotFound(f"No webhook endpoint has the id {endpoint_id}.")
     return row
@@ -119,7 +122,7 @@ def update_endpoint(
     changes: EndpointUpdate,
     rules: UrlRules,
 ) -> WebhookEndpoint:
-    row = _owned(session, company_id, endpoint_id)
+    row = _owned(session, company_id, endpoint_id, locked=True)
     values = changes.changes()
     if "url" in values:
         check_url(values["url"], rules)
@@ -137,7 +140,7 @@ def update_endpoint(
 
 def delete_endpoint(session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID) -> None:
     """The endpoint; its deliveries and their attempts go with it (foreign keys)."""
-    session.delete(_owned(session, company_id, endpoint_id))
+    session.delete(_owned(session, company_id, endpoint_id, locked=True))
     session.flush()
 
 
@@ -199,7 +202,7 @@ def replay(
     those whose delivery failed): a delivery that exists starts the retry schedule over
     (its attempts kept), and an event the endpoint never had gets a delivery. The same
     event id, so a receiver that dedupes on `webhook-id` sees a repeat."""
-    endpoint = _owned(session, company_id, endpoint_id)
+    endpoint = _owned(session, company_id, endpoint_id, locked=True)
     now = utcnow_ms()
     # a disabled endpoint's deliveries wait unscheduled until it is enabled (`schedule`)
     due = now if endpoint.status == "enabled" else None
@@ -258,7 +261,7 @@ def send_test(session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID
     a feed, a fan-out or a replay), and its one delivery, due now (a disabled endpoint's
     waits until it is enabled, as a replay's does), signed and retried like any other.
     The event's id."""
-    endpoint = _owned(session, company_id, endpoint_id)
+    endpoint = _owned(session, company_id, endpoint_id, locked=True)  # its status holds
     row = outbox.off_the_log(
         TEST_EVENT, company_id=company_id, data={"endpoint_id": str(endpoint.id)}
     )
