@@ -9,9 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
-from tests.http_server import free_port
+from tests.http_server import free_port, status_of
 
 ACCESS_KEY, SECRET_KEY, REGION = "testing", "testing", "us-east-1"
 
@@ -32,13 +30,11 @@ def moto_server(log_dir: Path) -> Iterator[str]:
             while True:
                 if process.poll() is not None:
                     raise RuntimeError("moto exited: " + (log_dir / "moto.log").read_text())
-                try:
-                    httpx.get(url + "/moto-api/", timeout=1)
+                if status_of(url + "/moto-api/", timeout=1) is not None:
                     break
-                except httpx.TransportError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+                if time.monotonic() > deadline:
+                    raise RuntimeError("moto did not answer: " + (log_dir / "moto.log").read_text())
+                time.sleep(0.1)
             yield url
         finally:
             process.terminate()

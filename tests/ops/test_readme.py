@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.http_server import free_port, start_server
+from tests.http_server import free_port, start_server, status_of
 
 pytestmark = pytest.mark.http
 
@@ -78,11 +78,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
     try:
         deadline = time.monotonic() + 90
         while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
+            if status_of(f"http://127.0.0.1:{port}/healthz") == 200:
+                break
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "demo did not start:\n" + log.read_text()
             time.sleep(0.2)

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.http_server import ServerProcess
+from tests.http_server import ServerProcess, status_of
 from tests.ingestion.conftest import DataTenant, order
 from tests.reliability.conftest import PrivatePostgres, operator_headers, server_env
 
@@ -78,7 +78,7 @@ def test_database_stopped_under_load(tmp_path: Path, private_postgres: PrivatePo
         recovered = None
         deadline = time.monotonic() + 30
         while recovered is None and time.monotonic() < deadline:
-            if httpx.get(server.url + "/readyz", timeout=5).status_code == 200:
+            if status_of(server.url + "/readyz") == 200:
                 recovered = time.monotonic()
             time.sleep(0.1)
         assert recovered is not None, "the service did not recover by itself"

@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 from tests.factories import OPERATOR_ID, OPERATOR_SECRET, run_cli
-from tests.http_server import running_server
+from tests.http_server import running_server, status_of
 
 from conftest import FAST, Recorder, Tenant, server_env
 from headwater_client import AuthenticationError, Client
@@ -149,7 +148,7 @@ def _wait_until_refused(url: str, token: str) -> None:
     """Until the server's worker has reloaded the keys and refuses `token`."""
     deadline = time.monotonic() + 30
     headers = {"Authorization": f"Bearer {token}"}
-    while httpx.get(url + "/platform/v1/whoami", headers=headers, timeout=10).status_code != 401:
+    while status_of(url + "/platform/v1/whoami", headers=headers, timeout=10) != 401:
         assert time.monotonic() < deadline, "the server kept accepting the removed key"
         time.sleep(0.2)
 
