@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
@@ -160,6 +161,7 @@ def test_docs_page_is_served_with_its_own_assets(client: TestClient) -> None:
     assert client.get("/docs/assets/swagger-ui.css").status_code == 200
 
 
+@pytest.mark.usefixtures("thawed")
 def test_a_running_app_collects_young_objects_less_often_then_restores_the_default(
     settings: Settings,
 ) -> None:

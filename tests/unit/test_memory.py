@@ -4,22 +4,13 @@ used by the API's lifespan and by `headwater worker`."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 
 import pytest
 
 from headwater.kit import memory
 
-
-@pytest.fixture(autouse=True)
-def outermost() -> Iterator[None]:
-    """These tests are about the outermost one: an app this test process runs (the
-    session's) has frozen what it loaded; thawed for the test, frozen again after."""
-    frozen = gc.get_freeze_count() > 0
-    gc.unfreeze()
-    yield
-    if frozen:
-        gc.freeze()
+# these tests are about the outermost one: the session's freeze thawed (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("thawed")
 
 
 def test_collecting_less_freezes_and_raises_the_young_threshold_then_restores() -> None:
