@@ -78,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # collector as it is. Without it, each app started with no other running made a full
     # collection of this process's millions of objects: the session's app is started
     # again each time the tests switch database, and py-spy of the in-process step
-    # found 69 of 822 sampled seconds there. `tests/unit/test_memory.py` thaws it.
+    # found 69 of 822 sampled seconds there. The tests of the collector thaw it (`thawed`).
     gc.freeze()
 
 

@@ -51,13 +51,12 @@ def status_of(url: str, *, headers: dict[str, str] | None = None, timeout: float
     call (some 40 ms of CPU: polling servers as they started, it took 13% of the server
     step's CPU in py-spy, beside the very servers being waited for)."""
     parts = urllib.parse.urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     connection = http.client.HTTPConnection(parts.netloc, timeout=timeout)
     try:
-        connection.request("GET", parts.path or "/", headers=headers or {})
+        connection.request("GET", target, headers=headers or {})
         return connection.getresponse().status
-    except OSError:  # refused, reset, timed out (http.client's own errors are OSErrors too)
-        return None
-    except http.client.HTTPException:
+    except (OSError, http.client.HTTPException):  # refused, reset, timed out, cut short
         return None
     finally:
         connection.close()

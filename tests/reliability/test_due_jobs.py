@@ -8,6 +8,7 @@ processes."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -433,5 +434,5 @@ def _wait_until_blocked_by(runtime: Runtime, pid: int) -> None:
             ).scalar_one()
         if waiting:
             return
-        threading.Event().wait(0.05)
+        time.sleep(0.05)
     raise AssertionError("the writer never waited for the endpoint's row")
