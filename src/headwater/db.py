@@ -35,6 +35,7 @@ from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from headwater.config import Settings
+from headwater.kit import sealing
 from headwater.kit.turns import Turns
 
 if TYPE_CHECKING:
@@ -453,6 +454,16 @@ GENERIC_READS = (
 )
 
 
+def sealing_material(settings: Settings) -> bytes:
+    """The material secrets at rest are sealed with (`kit.sealing`)."""
+    key = settings.webhook_secret_key
+    return sealing.material(
+        secret_key=None if key is None else key.get_secret_value(),
+        passphrase=settings.signing_key_passphrase,
+        data_dir=Path(settings.data_dir),
+    )
+
+
 class Database:
     """One engine and its session factory, owned by the app or the CLI."""
 
@@ -482,6 +493,8 @@ class Database:
         self._loop_idle: dict[bool, list[psycopg.AsyncConnection[Any]]] = {False: [], True: []}
         self._loop_open = 0
         self._loop_gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        # secrets kept in this database are sealed with this material (read when needed)
+        sealing.provide(lambda: sealing_material(settings))
 
     @property
     def reads_on_loop(self) -> bool:

@@ -25,6 +25,7 @@ from headwater.identity import token_router
 from headwater.identity.errors import OAuthError
 from headwater.inbox import router as inbox_router
 from headwater.ingestion import router as ingestion_router
+from headwater.ingestion import transform_router
 from headwater.kit import memory
 from headwater.ops import router as ops_router
 from headwater.ops.logs import configure_logging
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(files_router.router)
     app.include_router(identity_router.router)
     app.include_router(ingestion_router.admin)
+    app.include_router(transform_router.router)
     app.include_router(sftp_router.router)
     app.include_router(inbox_router.router)
     app.include_router(webhooks_router.router)

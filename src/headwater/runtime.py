@@ -12,7 +12,7 @@ import structlog
 
 from headwater import migrations
 from headwater.config import Settings
-from headwater.db import Database, Role
+from headwater.db import Database, Role, sealing_material
 from headwater.errors import is_unreachable
 from headwater.files.stores import Store, make_store
 from headwater.identity import keys as keyring
@@ -20,11 +20,11 @@ from headwater.identity import service as identity
 from headwater.identity.tokens import TokenVerifier
 from headwater.ingestion.groups import PushQueue
 from headwater.ingestion.readahead import ReadAhead
-from headwater.kit import memory
+from headwater.kit import memory, sealing
 from headwater.kit.gate import Gate
 from headwater.kit.ratelimit import FailureLimit, RateLimiter, make_rate_limiter
+from headwater.kit.sealing import SecretBox
 from headwater.kit.signals import Signals
-from headwater.webhooks.crypto import SecretBox, key_file_material
 
 log = structlog.get_logger("headwater.runtime")
 
@@ -87,13 +87,8 @@ def _jwks_loader(url: str, algorithms: list[str]) -> keyring.KeyLoader:
 
 
 def secret_box(settings: Settings) -> SecretBox:
-    """The key of webhook endpoint secrets: HEADWATER_WEBHOOK_SECRET_KEY, else the
-    signing-key passphrase, else a key made once under the data directory."""
-    if settings.webhook_secret_key is not None:
-        return SecretBox(settings.webhook_secret_key.get_secret_value().encode())
-    if settings.signing_key_passphrase:
-        return SecretBox(settings.signing_key_passphrase.encode())
-    return SecretBox(key_file_material(settings.data_dir))
+    """The key of webhook endpoint secrets (`kit.sealing`'s material)."""
+    return SecretBox(sealing_material(settings), sealing.WEBHOOK_SECRETS)
 
 
 def build_runtime(settings: Settings, *, role: Role = "api") -> Runtime:

@@ -148,7 +148,7 @@ def test_ndjson_and_csv_exports_hold_every_record(feed_tenant: FeedTenant) -> No
     table = list(csv.DictReader(io.StringIO(body.decode())))
     assert len(table) == 3
     assert list(table[0]) == [
-        "record_id", "transaction_id", "schema_version", "ingested_at",
+        "record_id", "transaction_id", "schema_version", "ingested_at", "transform_version",
         "amount", "channel", "customer-email", "order_id", "paid", "placed_at", "quantity",
     ]  # fmt: skip
     third = next(row for row in table if row["order_id"] == "A-3")
@@ -250,7 +250,7 @@ def test_columns_follow_every_schema_version(feed_tenant: FeedTenant) -> None:
     assert table.schema.field("tags").type == pa.string()
     assert table.schema.field("data.record_id").type == pa.string()
     # properties of every version, in the order of their names
-    assert table.schema.names[4:] == [
+    assert table.schema.names[5:] == [
         "amount", "channel", "customer-email", "order_id", "paid", "placed_at", "quantity",
         "data.record_id", "tags",
     ]  # fmt: skip

@@ -39,6 +39,9 @@ def test_transaction_details(data_tenant: DataTenant) -> None:
         "records_processed": 2,
         "records_accepted": 2,
         "records_rejected": 0,
+        "records_filtered": 0,
+        "records_duplicates": 0,
+        "transform_version": None,
         "error_count": 0,
         "errors": [],
         "file_name": None,
@@ -151,7 +154,9 @@ def test_records_filters_and_paging(data_tenant: DataTenant) -> None:
     assert len(data_tenant.records(ingested_before=second["received_at"])) == 5
     assert data_tenant.records(ingested_before=first["received_at"]) == []
     record = by_txn[0]
-    assert set(record) == {"record_id", "transaction_id", "schema_version", "ingested_at", "data"}
+    assert set(record) == {
+        "record_id", "transaction_id", "schema_version", "transform_version", "ingested_at", "data"
+    }  # fmt: skip
     uuid.UUID(record["record_id"])
 
 

@@ -27,7 +27,7 @@ DOMAINS = (
     "webhooks",
 )
 # the protocol adapters: HTTP routers and their dependencies, the SFTP and SMTP servers
-ROUTERS = ("router.py", "token_router.py", "server.py", "deps.py")
+ROUTERS = ("router.py", "token_router.py", "transform_router.py", "server.py", "deps.py")
 WIRING = ("headwater.runtime", "headwater.main", "headwater.cli", "headwater.worker")
 HTTP = ("fastapi", "starlette", "headwater.web", "headwater.ops")
 # The tables each domain owns: no other module inserts, updates or deletes their rows.
@@ -42,6 +42,9 @@ OWNED = {
         "FeedHead",
         "IdempotencyKey",
         "StagedTransaction",
+        "DatasetTransform",
+        "CompanyHashKey",
+        "DedupeKey",
     },
     "events": {"Event", "EventHead", "EventHorizon"},
     "files": {"FileJob", "FileUpload", "QuarantinedRow"},
@@ -63,6 +66,9 @@ SQL_TABLES = {
         "record_feed_heads",
         "record_staging",
         "idempotency_keys",
+        "dataset_transforms",
+        "company_hash_keys",
+        "dedupe_keys",
     ),
     "events": ("events", "event_heads", "event_horizons"),
     "files": ("file_jobs", "file_uploads", "quarantined_rows"),
@@ -129,7 +135,7 @@ def test_web_plumbing_imports_no_router() -> None:
         for module, _, tree in _modules()
         if _under(module, ("headwater.web",))
         for imported in _imports(tree)
-        if imported.rsplit(".", 1)[-1] in ("router", "token_router")
+        if imported.rsplit(".", 1)[-1] in ("router", "token_router", "transform_router")
     ]
     assert wrong == []
 

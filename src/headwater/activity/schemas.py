@@ -19,6 +19,7 @@ ResourceType = Literal[
     "workflow_task",
     "dataset",
     "dataset_schema",
+    "dataset_transforms",
 ]
 Action = Literal["create", "update", "delete"]
 SortField = Literal["timestamp", "resource_type", "action"]

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 Kind = Literal["string", "timestamp", "integer", "number", "boolean", "json"]
-META = ("record_id", "transaction_id", "schema_version", "ingested_at")
+META = ("record_id", "transaction_id", "schema_version", "ingested_at", "transform_version")
 ARROW: Mapping[Kind, pa.DataType] = {
     "string": pa.string(),
     "timestamp": pa.timestamp("us", tz="UTC"),
@@ -42,6 +42,7 @@ META_SCHEMA = pa.schema(
         ("transaction_id", pa.string()),
         ("schema_version", pa.int32()),
         ("ingested_at", pa.timestamp("us", tz="UTC")),
+        ("transform_version", pa.int32()),
     ]
 )
 

@@ -71,11 +71,12 @@ def row_batches(
             [str(row[1]) for row in rows],
             [row[2] for row in rows],
             [row[3] for row in rows],
+            [row[4] for row in rows],
         ]
         if props is None:
-            extra: list[list[Any]] = [[row[4] for row in rows]]
+            extra: list[list[Any]] = [[row[5] for row in rows]]
         else:
-            documents = [orjson.loads(row[4]) for row in rows]
+            documents = [orjson.loads(row[5]) for row in rows]
             extra = [[raw_value(d.get(c.key), c.kind) for d in documents] for c in props]
         yield pa.RecordBatch.from_arrays(
             [
@@ -127,7 +128,7 @@ def _copy_statement(selection: Selection, props: list[Column] | None) -> tuple[A
     params += condition_params
     statement = sql.SQL(
         "COPY (SELECT r.record_id, r.transaction_id, r.schema_version, "
-        "(extract(epoch FROM r.ingested_at) * 1000000)::bigint{picked} "
+        "(extract(epoch FROM r.ingested_at) * 1000000)::bigint, r.transform_version{picked} "
         "FROM {source} WHERE {where} ORDER BY {order}) TO STDOUT (FORMAT csv)"
     ).format(
         picked=sql.SQL("").join(sql.SQL(", ") + column for column in picked),
@@ -215,7 +216,8 @@ def copy_batches(
     statement, params = _copy_statement(selection, props)
     names = [f"c{i}" for i in range(len(schema))]
     types = [pa.string()] * len(schema)
-    types[2], types[3] = pa.int32(), pa.int64()  # schema_version, ingested_at (microseconds)
+    # schema_version, ingested_at (microseconds), transform_version
+    types[2], types[3], types[4] = pa.int32(), pa.int64(), pa.int32()
     read_options = pacsv.ReadOptions(column_names=names)
     # a string may hold a line break (COPY quotes it)
     parse_options = pacsv.ParseOptions(newlines_in_values=True)

@@ -133,10 +133,13 @@ def _ndjson(batches: Iterable[pa.RecordBatch], out: _Out) -> int:
     for batch in batches:
         ids, transactions, versions = (batch.column(i).to_pylist() for i in range(3))
         times = _iso(batch.column(3)).to_pylist()
-        texts = batch.column(4).to_pylist()
+        steps = batch.column(4).to_pylist()
+        texts = batch.column(5).to_pylist()
         lines = [
-            record_json(r, t, v, at, _line(d)) + "\n"
-            for r, t, v, at, d in zip(ids, transactions, versions, times, texts, strict=True)
+            record_json(r, t, v, s, at, _line(d)) + "\n"
+            for r, t, v, s, at, d in zip(
+                ids, transactions, versions, steps, times, texts, strict=True
+            )
         ]
         out.write("".join(lines).encode())
         count += batch.num_rows

@@ -55,16 +55,32 @@ class Tally:
 
     def __init__(self) -> None:
         self.received = 0
-        self.accepted = 0
+        self.accepted = 0  # valid and kept by the steps: handed to be stored
+        self.filtered = 0
+        self.duplicates = 0  # of an earlier record in the same batch
+        self.claimed = 0  # of a stored record, found as the batch was stored (its writer's)
         self.errors = ingestion.Errors()
 
     def invalid(self, record: int, line: int, errors: Sequence[dict[str, Any]]) -> None:
         self.errors.add(record, errors, line=line)
 
+    def kept(self, kept: ingestion.Kept) -> ingestion.Kept:
+        """Count what the steps kept of a batch."""
+        self.accepted += len(kept.records)
+        self.filtered += kept.filtered
+        self.duplicates += kept.duplicates
+        return kept
+
+    @property
+    def stored(self) -> int:
+        return self.accepted - self.claimed
+
     def columns(self) -> dict[str, Any]:
         return {
             "records_received": self.received,
-            "records_accepted": self.accepted,
+            "records_accepted": self.stored,
+            "records_filtered": self.filtered,
+            "records_duplicates": self.duplicates + self.claimed,
             "records_rejected": self.errors.records,
             "error_count": self.errors.count,
             "errors": self.errors.listed,
@@ -249,8 +265,9 @@ def run_job(
             ingestion.stage_end(connection, target.transaction_id)
             _missing(connection, job_id, target.transaction_id)
         return True
-    stager = _Stager(db, target, lambda c: _own(c, job_id, worker))
-    file = _File(stager, target, batch_rows=settings.batch_rows)
+    tally = Tally()
+    stager = _Stager(db, target, lambda c: _own(c, job_id, worker), tally)
+    file = _File(stager, target, tally, batch_rows=settings.batch_rows)
     try:
         with stream:
             rows = parsers.rows(
@@ -264,7 +281,7 @@ def run_job(
         if outcome != ingestion.Status.COMPLETED:
             _discard(db, target.transaction_id)
         stager.end(
-            (file.records, file.held, None),
+            (file.last, file.held, None),
             lambda connection: _end(connection, job_id, target, file.tally, outcome),
         )
     except Lost:
@@ -275,7 +292,7 @@ def run_job(
         transaction_id=str(target.transaction_id),
         status=outcome,
         received=file.tally.received,
-        accepted=file.tally.accepted,
+        accepted=file.tally.stored,
         rejected=file.tally.errors.records,
     )
     return True
@@ -292,7 +309,7 @@ def _end(
     job is done."""
     now = utcnow_ms()
     if outcome == ingestion.Status.COMPLETED:
-        ingestion.publish(connection, target, tally.accepted)
+        ingestion.publish(connection, target, tally.stored)
     else:
         ingestion.stage_end(connection, target.transaction_id)
     ingestion.finish(
@@ -340,9 +357,9 @@ def _relaxed(connection: Connection) -> None:
         connection.exec_driver_sql("SET LOCAL synchronous_commit = off")
 
 
-# A batch for the writer thread: valid records, quarantined rows, and the rows read so
-# far (a progress tick, or None).
-Batch = tuple[list[dict[str, Any]], list[dict[str, Any]], int | None]
+# A batch for the writer thread: records the steps kept (or None), quarantined rows, and
+# the rows read so far (a progress tick, or None).
+Batch = tuple[ingestion.Kept | None, list[dict[str, Any]], int | None]
 
 
 class _Stager:
@@ -354,9 +371,14 @@ class _Stager:
     (`end`): the one still open, if any."""
 
     def __init__(
-        self, db: Database, target: ingestion.FileTarget, own: Callable[[Connection], bool]
+        self,
+        db: Database,
+        target: ingestion.FileTarget,
+        own: Callable[[Connection], bool],
+        tally: Tally,
     ) -> None:
         self.db = db
+        self.tally = tally
         self.target = target
         self.own = own
         self.hold = 0.0 if db.engine.dialect.name == "sqlite" else HOLD_SECONDS
@@ -367,7 +389,7 @@ class _Stager:
     def write(self, batch: Batch) -> None:
         """Stage a batch, hidden, committed before the file ends."""
         connection = self._open()
-        if not self._marked and (batch[0] or batch[1]):
+        if not self._marked and (batch[0] is not None or batch[1]):
             ingestion.stage_begin(connection, self.target)
             self._marked = True
         self._store(connection, batch)
@@ -389,9 +411,9 @@ class _Stager:
         self.close(commit=True)
 
     def _store(self, connection: Connection, batch: Batch) -> None:
-        records, held, processed = batch
-        if records:
-            ingestion.stage_rows(connection, self.target, records)
+        kept, held, processed = batch
+        if kept is not None and kept.records:
+            self.tally.claimed += ingestion.stage_rows(connection, self.target, kept)
         if held:
             connection.execute(insert(QuarantinedRow), held)
         if processed is not None:
@@ -437,13 +459,16 @@ class _File:
     """One file's rows checked, and handed in batches to a writer thread that stages
     them (`_Stager`)."""
 
-    def __init__(self, stager: _Stager, target: ingestion.FileTarget, *, batch_rows: int) -> None:
+    def __init__(
+        self, stager: _Stager, target: ingestion.FileTarget, tally: Tally, *, batch_rows: int
+    ) -> None:
         self.stager = stager
         self.target = target
         self.batch_rows = batch_rows
-        self.tally = Tally()
+        self.tally = tally
         # the file's state while its rows are read (`_rows`)
         self.records: list[dict[str, Any]] = []  # valid, not yet handed to the writer
+        self.last: ingestion.Kept | None = None  # the last batch, after the steps
         self.held: list[dict[str, Any]] = []  # quarantined, not yet handed to the writer
         self.rejecting = False  # a row was refused and the dataset does not quarantine
         self.writer: _Writer | None = None
@@ -473,14 +498,15 @@ class _File:
             raise
         if outcome == ingestion.Status.REJECTED:
             stager.close(commit=False)
-            self.tally.accepted = 0
-            self.records, self.held = [], []
+            self.tally.accepted = self.tally.claimed = 0
+            self.tally.filtered = self.tally.duplicates = 0
+            self.records, self.held, self.last = [], [], None
         return outcome
 
     def tick(self, rows: int) -> None:
         """`rows` are read: the writer writes the progress (and renews the claim)."""
         if self.writer is not None:
-            self.writer.put(([], [], rows))
+            self.writer.put((None, [], rows))
 
     def _rows(self, items: Any, writer: _Writer) -> ingestion.Status:
         """Each row through the core's record check (a `Table`'s together: normalised a
@@ -525,7 +551,9 @@ class _File:
                     self._flush(writer)
         if self.rejecting:
             return ingestion.Status.REJECTED
-        tally.accepted += len(self.records)  # the last batch: the caller's (`process`)
+        # the last batch: the caller's (`process`)
+        self.last = tally.kept(ingestion.transform(check, self.records))
+        self.records = []
         return ingestion.Status.COMPLETED
 
     def _keep(self, records: list[dict[str, Any]], writer: _Writer) -> None:
@@ -538,9 +566,10 @@ class _File:
             self._flush(writer)
 
     def _flush(self, writer: _Writer) -> None:
-        """Hand the valid records read so far to the writer."""
-        self.tally.accepted += len(self.records)
-        writer.put((self.records, [], None))
+        """Hand the valid records read so far to the writer, after the steps."""
+        writer.put(
+            (self.tally.kept(ingestion.transform(self.target.check, self.records)), [], None)
+        )
         self.records = []
 
     def _refuse(
@@ -573,7 +602,7 @@ class _File:
             }
         )
         if len(self.held) >= self.batch_rows:
-            writer.put(([], self.held, None))
+            writer.put((None, self.held, None))
             self.held = []
 
 

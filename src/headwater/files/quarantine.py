@@ -58,7 +58,7 @@ def resubmit(
     with db.begin() as connection:
         # resubmissions of one transaction take turns: a second finds the rows the first
         # resolved or moved, not the rows it read (PostgreSQL; SQLite has one writer)
-        target = ingestion.file_target(connection, transaction_id, lock=True)
+        target = ingestion.file_target(connection, transaction_id, lock=True, steps_now=True)
         check = target.check
         tally = Tally()
         after = 0
@@ -109,8 +109,8 @@ def resubmit(
                     .where(QuarantinedRow.seq == row.seq)
                     .values(transaction_id=new_id, errors=errors[:MAX_ROW_ERRORS], **moved)
                 )
-            tally.accepted += len(stored)
-            ingestion.store_rows(connection, target, stored, transaction_id=new_id)
+            kept = tally.kept(ingestion.transform(check, stored))
+            tally.claimed += ingestion.store_rows(connection, target, kept, transaction_id=new_id)
         if corrections is not None and len(found) < len(corrections):
             missing = sorted(set(corrections) - found)
             raise NotQuarantined(

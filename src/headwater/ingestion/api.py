@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 
 from headwater.db import Database
 from headwater.identity.tokens import Principal
-from headwater.ingestion import check, datasets, lifecycle, sinks, staging
-from headwater.ingestion.check import Errors
+from headwater.ingestion import check, datasets, dedupe, lifecycle, sinks, staging
+from headwater.ingestion.check import Errors, Kept
 from headwater.ingestion.datasets import UsableTree, usable_tree
 from headwater.ingestion.datasets import find as find_dataset
 from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
@@ -54,6 +54,7 @@ __all__ = [
     "DatasetNotFound",
     "Errors",
     "FileTarget",
+    "Kept",
     "Status",
     "TransactionNotFound",
     "TransactionRead",
@@ -78,6 +79,7 @@ __all__ = [
     "started",
     "store_rows",
     "transaction_read",
+    "transform",
     "usable_tree",
     "visible_to",
     "visible_where",
@@ -115,6 +117,7 @@ def open_file(
         created_at=utcnow_ms(),
         file_name=file_name,
         content_type=content_type,
+        transform_version=dataset.transform_version or None,
         **columns,
     )
     lifecycle.begin(_connection(connection), row)
@@ -155,22 +158,46 @@ class FileTarget:
     dataset_pk: uuid.UUID
     version: int
     quarantine: bool
-    check: datasets.Compiled
+    check: datasets.Compiled  # with the transform steps the records go through
     ingested_at: datetime
+
+    def batch(self, kept: Kept, transaction_id: uuid.UUID | None = None) -> sinks.RecordBatch:
+        """Records kept by the steps, as a sink stores them (under the target's
+        transaction, or `transaction_id`)."""
+        steps = self.check.steps
+        return sinks.RecordBatch(
+            records=kept.records,
+            company_id=self.company_id,
+            dataset_pk=self.dataset_pk,
+            transaction_id=transaction_id or self.transaction_id,
+            schema_version=self.version,
+            ingested_at=self.ingested_at,
+            transform_version=self.check.transform_version,
+            digests=kept.digests,
+            window=None if steps is None or steps.dedupe is None else steps.dedupe.window,
+        )
 
 
 def file_target(
-    connection: Connection, transaction_id: uuid.UUID, *, lock: bool = False
+    connection: Connection,
+    transaction_id: uuid.UUID,
+    *,
+    lock: bool = False,
+    steps_now: bool = False,
 ) -> FileTarget:
-    """The file transaction's dataset as it is now. `lock`: the transaction's row stays
-    locked until the caller's commit, so that two callers (two resubmissions of its
-    quarantined rows) take their turns."""
+    """The file transaction's dataset as it is now, with the transform steps in force
+    when the transaction began (`steps_now`: the dataset's current ones, for a new
+    transaction made from it, a resubmit). `lock`: the transaction's row stays locked
+    until the caller's commit, so that two callers (two resubmissions of its quarantined
+    rows) take their turns."""
     statement = (
         select(
             Transaction.company_id,
+            Transaction.transform_version,
             Dataset.id,
             Dataset.schema_version,
             Dataset.options,
+            Dataset.transform_version.label("current_steps"),
         )
         .join(Dataset, Dataset.id == Transaction.dataset_pk)
         .where(Transaction.id == transaction_id, Transaction.kind == "file")
@@ -190,6 +217,7 @@ def file_target(
             version=row.schema_version,
             options=row.options,
             coerce=True,
+            transform_version=(row.current_steps if steps_now else row.transform_version) or 0,
         ),
         ingested_at=utcnow_ms(),
     )
@@ -198,25 +226,16 @@ def file_target(
 def store_rows(
     connection: Connection,
     target: FileTarget,
-    records: Sequence[dict[str, Any]],
+    kept: check.Kept,
     *,
     transaction_id: uuid.UUID | None = None,
-) -> None:
-    """Store checked records of the target's transaction (or of `transaction_id`, one
-    being made, as a resubmit's), counted, in the caller's database transaction."""
-    sinks.for_dialect(connection.dialect.name).add(
-        connection,
-        [
-            sinks.RecordBatch(
-                records=records,
-                company_id=target.company_id,
-                dataset_pk=target.dataset_pk,
-                transaction_id=transaction_id or target.transaction_id,
-                schema_version=target.version,
-                ingested_at=target.ingested_at,
-            )
-        ],
-    )
+) -> int:
+    """Store records the steps kept (`transform`) of the target's transaction (or of
+    `transaction_id`, one being made, as a resubmit's), counted, in the caller's
+    database transaction, after their dedupe claims; how many were duplicates."""
+    batches, lost = dedupe.claim(connection, [target.batch(kept, transaction_id)])
+    sinks.for_dialect(connection.dialect.name).add(connection, batches)
+    return sum(lost.values())
 
 
 def check_one(
@@ -224,6 +243,12 @@ def check_one(
 ) -> tuple[Any, list[dict[str, Any]]]:
     """The core's record check of one record (`check.one`): normalised, and its errors."""
     return check.one(compiled, data, nul=nul)
+
+
+def transform(compiled: datasets.Compiled, records: Sequence[dict[str, Any]]) -> check.Kept:
+    """The dataset's transform steps on valid records (`check.transform`): those to
+    store, and how many were filtered or duplicates within them."""
+    return check.transform(compiled, records)
 
 
 def check_table(
@@ -245,22 +270,10 @@ def stage_begin(connection: Connection, target: FileTarget) -> None:
     staging.begin(connection, target.transaction_id, target.dataset_pk)
 
 
-def stage_rows(
-    connection: Connection, target: FileTarget, records: Sequence[dict[str, Any]]
-) -> None:
-    """Store a batch of the file's checked records, hidden until `publish`, in the
-    caller's (short) database transaction."""
-    staging.stage(
-        connection,
-        sinks.RecordBatch(
-            records=records,
-            company_id=target.company_id,
-            dataset_pk=target.dataset_pk,
-            transaction_id=target.transaction_id,
-            schema_version=target.version,
-            ingested_at=target.ingested_at,
-        ),
-    )
+def stage_rows(connection: Connection, target: FileTarget, kept: check.Kept) -> int:
+    """Store a batch of the file's records the steps kept, hidden until `publish`, in
+    the caller's (short) database transaction; how many were duplicates (not stored)."""
+    return staging.stage(connection, target.batch(kept))
 
 
 def publish(connection: Connection, target: FileTarget, records: int) -> None:
@@ -303,6 +316,7 @@ def record_finished(
         author_id=author_id,
         created_at=started_at,
         schema_version=target.version,
+        transform_version=target.check.transform_version,
         file_name=source.file_name,
         file_size=source.file_size,
         content_type=source.content_type,

@@ -9,11 +9,16 @@ Three shapes of input, one rule set:
   batch is told by one call of the batch validator);
 - `one`: a single record (a file's JSON row, a resubmitted row);
 - `table`: a block of CSV rows under one header, normalised a column at a time.
+
+Records that passed go through the dataset's transform steps (`transform`, contract
+section 16) on every channel: what it keeps is what is stored, each with its dedupe
+digest for the write to claim (`ingestion.dedupe`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from headwater.ingestion import validation
@@ -102,6 +107,43 @@ def table(
         if not is_valid(record)
     ]
     return cleaned, failed
+
+
+@dataclass(slots=True)
+class Kept:
+    """Valid records after the dataset's steps: those to store (`records`), each with
+    its dedupe digest (`digests`, None without a dedupe step), and how many a filter
+    kept out or were duplicates of an earlier record of the same input."""
+
+    records: list[Any]
+    digests: list[bytes | None] | None = None
+    filtered: int = 0
+    duplicates: int = 0
+    # the JSON text of each record kept, where known (none after steps changed them)
+    texts: list[str | None] | None = field(default=None)
+
+
+def transform(check: Compiled, records: Sequence[Any], texts: Any = None) -> Kept:
+    """Run the dataset's steps on valid records, in order (they are changed in place)."""
+    steps = check.steps
+    if steps is None:
+        return Kept(records=list(records), texts=texts)
+    kept = Kept(records=[], digests=[] if steps.dedupe is not None else None)
+    seen: set[bytes] = set()
+    for record in records:
+        output, digest = steps.run(record)
+        if output is None:
+            kept.filtered += 1
+            continue
+        if digest is not None:
+            if digest in seen:
+                kept.duplicates += 1
+                continue
+            seen.add(digest)
+        kept.records.append(output)
+        if kept.digests is not None:
+            kept.digests.append(digest)
+    return kept
 
 
 def _problems(check: Compiled, record: Any, *, escape: bool) -> list[Problem]:

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from headwater.events import outbox
 from headwater.identity.models import IngestionClient
 from headwater.identity.tokens import Principal
-from headwater.ingestion import normalise, validation
+from headwater.ingestion import hashkeys, normalise, transforms, validation
 from headwater.ingestion.errors import (
     ClientNotAllowed,
     ClientNotFound,
@@ -30,7 +30,7 @@ from headwater.ingestion.errors import (
     SchemaTooLarge,
     SchemaUnusable,
 )
-from headwater.ingestion.models import Dataset, DatasetSchema, Record
+from headwater.ingestion.models import Dataset, DatasetSchema, DatasetTransform, Record
 from headwater.ingestion.schemas import (
     DatasetOptions,
     DatasetQuery,
@@ -55,9 +55,12 @@ class Compiled:
     validator: validation.Validator
     batch: validation.Validator | None  # `validation.compile_batch`'s
     normaliser: normalise.Normaliser
+    steps: transforms.Steps | None = None  # the transform version's (None: no steps)
+    transform_version: int | None = None  # as records name it (None: the dataset had none)
 
 
-# Keyed by (dataset, version, options as JSON): a new version or new options is a new key.
+# Keyed by (dataset, version, options as JSON, coerce, transform version): a new version,
+# new options or new steps is a new key.
 _compiled: LRU[Compiled] = LRU(maxsize=1024)
 
 
@@ -68,8 +71,10 @@ def compiled(
     version: int,
     options: dict[str, Any],
     coerce: bool | None,
+    transform_version: int = 0,
 ) -> Compiled:
-    """The cached validator and normaliser of a schema version under these options.
+    """The cached validator and normaliser of a schema version under these options, and
+    the steps of a transform version (0: none).
 
     `coerce` overrides the dataset's `coerce_types` (files always coerce); None keeps it.
     """
@@ -89,22 +94,54 @@ def compiled(
             validator=validator,
             batch=validation.compile_batch(schema),
             normaliser=normalise.compile_normaliser(schema, parsed.normalisation(coerce=coerce)),
+            steps=_steps(connection, dataset_pk, transform_version),
+            transform_version=transform_version or None,
         )
 
-    return _compiled.get_or_compute(_compiled_key(dataset_pk, version, options, coerce), build)
+    key = _compiled_key(dataset_pk, version, options, coerce, transform_version)
+    return _compiled.get_or_compute(key, build)
+
+
+def _steps(
+    connection: Connection, dataset_pk: uuid.UUID, transform_version: int
+) -> transforms.Steps | None:
+    """A transform version's steps, compiled with the company's hash key."""
+    if not transform_version:
+        return None
+    row = connection.execute(
+        select(DatasetTransform.company_id, DatasetTransform.steps).where(
+            DatasetTransform.dataset_pk == dataset_pk,
+            DatasetTransform.version == transform_version,
+        )
+    ).one()
+    if not row.steps:
+        return None
+    return transforms.compile_steps(
+        transform_version, row.steps, hashkeys.key(connection, row.company_id)
+    )
 
 
 def cached_compiled(
-    *, dataset_pk: uuid.UUID, version: int, options: dict[str, Any], coerce: bool | None
+    *,
+    dataset_pk: uuid.UUID,
+    version: int,
+    options: dict[str, Any],
+    coerce: bool | None,
+    transform_version: int = 0,
 ) -> Compiled | None:
     """`compiled`'s answer if this process has it already, else None (nothing is read)."""
-    return _compiled.get(_compiled_key(dataset_pk, version, options, coerce))
+    return _compiled.get(_compiled_key(dataset_pk, version, options, coerce, transform_version))
 
 
 def _compiled_key(
-    dataset_pk: uuid.UUID, version: int, options: dict[str, Any], coerce: bool | None
+    dataset_pk: uuid.UUID,
+    version: int,
+    options: dict[str, Any],
+    coerce: bool | None,
+    transform_version: int,
 ) -> tuple[Any, ...]:
-    return (dataset_pk, version, orjson.dumps(options, option=orjson.OPT_SORT_KEYS), coerce)
+    options_json = orjson.dumps(options, option=orjson.OPT_SORT_KEYS)
+    return (dataset_pk, version, options_json, coerce, transform_version)
 
 
 # --- reads ----------------------------------------------------------------------------------

@@ -126,3 +126,20 @@ class RecordsInvalid(DomainError):
             errors=errors,
             extra={"transaction_id": str(transaction_id), "error_count": error_count},
         )
+
+
+class InvalidTransforms(BadRequest):
+    code = "invalid_transforms"
+    title = "Invalid transform steps"
+
+    def __init__(self, problems: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__(
+            f"The steps cannot be used: {len(problems)} "
+            f"{'problem' if len(problems) == 1 else 'problems'}: "
+            + "; ".join(f"{p['field']}: {p['message']}" for p in problems[:5]),
+            errors=[{"location": "body", **p} for p in problems],
+        )
+
+
+class TransformVersionNotFound(NotFound):
+    code = "transform_version_not_found"

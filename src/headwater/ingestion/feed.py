@@ -130,6 +130,7 @@ def decode(cursor: str | None, dataset_pk: uuid.UUID) -> Cursor:
 LINE_SQL = (
     """'{"record_id":"' || records.record_id || '","transaction_id":"' """
     """|| records.transaction_id || '","schema_version":' || records.schema_version """
+    """|| ',"transform_version":' || coalesce(records.transform_version::text, 'null') """
     """|| ',"ingested_at":"' || to_char(records.ingested_at AT TIME ZONE 'UTC', """
     """'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || '","data":' || records.data::text || '}'"""
 )
@@ -166,6 +167,7 @@ _PORTABLE = (
     Record.seq,
     Record.record_id,
     Record.schema_version,
+    Record.transform_version,
     Record.ingested_at,
     # the JSON text as stored: spliced into the page, never parsed
     cast(Record.data, Text).label("data"),
@@ -196,20 +198,32 @@ class Changes:
 
 
 def record_json(
-    record_id: object, transaction_id: object, schema_version: int, ingested_at: str, data: str
+    record_id: object,
+    transaction_id: object,
+    schema_version: int,
+    transform_version: int | None,
+    ingested_at: str,
+    data: str,
 ) -> str:
     """A record as `RecordRead`'s JSON text, from its parts (`data` JSON text already):
     the portable feed's, and an NDJSON export's lines. PostgreSQL's `LINE_SQL` writes
     the same text."""
     return (
         f'{{"record_id":"{record_id}","transaction_id":"{transaction_id}",'
-        f'"schema_version":{schema_version},"ingested_at":"{ingested_at}","data":{data}}}'
+        f'"schema_version":{schema_version},'
+        f'"transform_version":{"null" if transform_version is None else transform_version},'
+        f'"ingested_at":"{ingested_at}","data":{data}}}'
     )
 
 
 def _json(row: Any) -> str:
     return record_json(
-        row.record_id, row.transaction_id, row.schema_version, iso_ms(row.ingested_at), row.data
+        row.record_id,
+        row.transaction_id,
+        row.schema_version,
+        row.transform_version,
+        iso_ms(row.ingested_at),
+        row.data,
     )
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     SmallInteger,
     String,
     UniqueConstraint,
@@ -37,6 +38,8 @@ class Dataset(Base):
     client_id: Mapped[str] = mapped_column(String(64), ForeignKey("ingestion_clients.client_id"))
     dataset_id: Mapped[str] = mapped_column(String(64))
     schema_version: Mapped[int] = mapped_column(Integer)
+    # its current transform steps' version (0: none ever set)
+    transform_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     options: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -54,6 +57,49 @@ class DatasetSchema(Base):
     schema: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
     author_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DatasetTransform(Base):
+    """One version of a dataset's transform steps (contract section 16). Versions are
+    never changed or removed."""
+
+    __tablename__ = "dataset_transforms"
+
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("datasets.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    steps: Mapped[list[dict[str, Any]]] = mapped_column(JSONDocument)
+    author_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class CompanyHashKey(Base):
+    """A company's key for the `hash` step, made by the service and kept sealed
+    (AES-256-GCM, the company's id as associated data); never shown."""
+
+    __tablename__ = "company_hash_keys"
+
+    company_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("companies.id"), primary_key=True
+    )
+    sealed: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class DedupeKey(Base):
+    """The values at a `dedupe` step's keys of a record stored, as a digest, and when:
+    a record whose digest is here within the step's window is a duplicate. One primary
+    key probe a record; a concurrent claim of the same digest waits for the first."""
+
+    __tablename__ = "dedupe_keys"
+    __table_args__ = (Index(None, "transaction_id", "digest"),)
+
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    digest: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    # the transaction whose record claimed it (a discarded file's claims go with it)
+    transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
 
 
 class Transaction(Base):
@@ -94,6 +140,11 @@ class Transaction(Base):
     records_processed: Mapped[int | None] = mapped_column(Integer, default=None)
     records_accepted: Mapped[int] = mapped_column(Integer, default=0)
     records_rejected: Mapped[int] = mapped_column(Integer, default=0)
+    # records a `filter` step or a `dedupe` step kept out (contract section 16)
+    records_filtered: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    records_duplicates: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # the dataset's transform version when the transaction began (None: it had none)
+    transform_version: Mapped[int | None] = mapped_column(Integer, default=None)
     error_count: Mapped[int] = mapped_column(Integer, default=0)
     errors: Mapped[list[dict[str, Any]]] = mapped_column(JSONDocument, default=list)
     file_name: Mapped[str | None] = mapped_column(String(255), default=None)
@@ -143,6 +194,7 @@ class Record(Base):
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid)
     transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     schema_version: Mapped[int] = mapped_column(Integer)
+    transform_version: Mapped[int | None] = mapped_column(Integer, default=None)
     ingested_at: Mapped[datetime] = mapped_column(UTCDateTime)
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
 

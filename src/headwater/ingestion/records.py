@@ -32,6 +32,7 @@ def _records_statement(
         Record.record_id,
         Record.transaction_id,
         Record.schema_version,
+        Record.transform_version,
         Record.ingested_at,
         Record.data,
     ).where(Record.dataset_pk == dataset.id, staging.visible(dataset.id))
@@ -68,7 +69,12 @@ def list_records(
 def _line(row: Any) -> bytes:
     """A record as an NDJSON line: `RecordRead`'s JSON text, its data as stored."""
     return feed.record_json(
-        row.record_id, row.transaction_id, row.schema_version, iso_ms(row.ingested_at), row.data
+        row.record_id,
+        row.transaction_id,
+        row.schema_version,
+        row.transform_version,
+        iso_ms(row.ingested_at),
+        row.data,
     ).encode()
 
 
@@ -84,6 +90,7 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
             Record.record_id,
             Record.transaction_id,
             Record.schema_version,
+            Record.transform_version,
             Record.ingested_at,
             cast(Record.data, Text).label("data"),  # the JSON text as stored
             Record.seq,
@@ -108,15 +115,16 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
 
 def for_export(
     dataset_pk: uuid.UUID, *, after: datetime | None, before: datetime | None
-) -> Select[Any, Any, Any, Any, Any]:
+) -> Select[Any, Any, Any, Any, Any, Any]:
     """A dataset's visible records ingested in [`after`, `before`), in storage order:
-    `record_id`, `transaction_id`, `schema_version`, `ingested_at` and the record's JSON
-    as text."""
+    `record_id`, `transaction_id`, `schema_version`, `ingested_at`, `transform_version`
+    and the record's JSON as text."""
     statement = select(
         Record.record_id,
         Record.transaction_id,
         Record.schema_version,
         Record.ingested_at,
+        Record.transform_version,
         cast(Record.data, Text),
     ).where(Record.dataset_pk == dataset_pk, staging.visible(dataset_pk))
     if after is not None:

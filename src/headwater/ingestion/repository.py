@@ -24,7 +24,7 @@ from headwater.ingestion.models import Dataset, Record, RecordCount
 
 # The client a push names and its dataset, in one query: a row with the client's
 # company_id and revoked_at, and the dataset's id (None if it has no such dataset),
-# schema_version and options; no row if there is no such client.
+# schema_version, options and transform_version; no row if there is no such client.
 TARGET = (
     select(
         IngestionClient.company_id,
@@ -32,6 +32,7 @@ TARGET = (
         Dataset.id,
         Dataset.schema_version,
         Dataset.options,
+        Dataset.transform_version,
     )
     .outerjoin(
         Dataset,

@@ -163,7 +163,11 @@ class PushResult(Output):
     dataset_id: str = Field(examples=["orders"])
     schema_version: int = Field(examples=[1])
     records_received: int = Field(examples=[1])
-    records_accepted: int = Field(examples=[1])
+    records_accepted: int = Field(
+        examples=[1],
+        description="Records stored: fewer than received where the dataset's transform "
+        "steps filtered or deduplicated some (the transaction counts them).",
+    )
     received_at: Timestamp
 
 
@@ -192,6 +196,12 @@ class TransactionRead(Output):
     client_id: str
     dataset_id: str
     schema_version: int | None
+    transform_version: int | None = Field(
+        None,
+        description="The dataset's transform version in force when the transaction began "
+        "(applied to all of it); null where the dataset had none.",
+        examples=[None],
+    )
     status: TransactionStatus
     records_received: int
     records_processed: int | None = Field(
@@ -201,8 +211,17 @@ class TransactionRead(Output):
         "final); null before processing starts; once final, equal to `records_received`.",
         examples=[120000],
     )
-    records_accepted: int
+    records_accepted: int = Field(description="Records stored.")
     records_rejected: int
+    records_filtered: int = Field(
+        0, description="Records a `filter` step kept out (not stored).", examples=[0]
+    )
+    records_duplicates: int = Field(
+        0,
+        description="Records a `dedupe` step found duplicates of a record stored within "
+        "its window, or of an earlier one of the same push or file (not stored).",
+        examples=[0],
+    )
     error_count: int
     errors: list[RecordError]
     file_name: str | None
@@ -237,6 +256,12 @@ class RecordRead(Output):
     record_id: uuid.UUID
     transaction_id: uuid.UUID
     schema_version: int
+    transform_version: int | None = Field(
+        None,
+        description="The transform version whose steps made `data` (null: the dataset had "
+        "none when its transaction began).",
+        examples=[None],
+    )
     ingested_at: Timestamp
     data: dict[str, Any]
 
@@ -305,3 +330,58 @@ class ChangesPage(Output):
         "it was given. A cursor stays valid as long as the records after it exist.",
         examples=["cjE6NDI6MTAwNzpkM2I0YTFmMA"],
     )
+
+
+# --- transforms (contract section 16) ---------------------------------------------------------
+
+EXAMPLE_STEPS: list[dict[str, Any]] = [
+    {"op": "hash", "path": "/customer/email", "lowercase": True},
+    {"op": "mask", "path": "/card", "keep_last": 4},
+    {"op": "rename", "from": "/amt", "to": "/amount"},
+    {"op": "drop", "path": "/debug"},
+    {"op": "filter", "path": "/test", "equals": True},
+    {"op": "dedupe", "keys": ["/order_id"], "window_hours": 24},
+]
+
+
+class TransformsUpdate(Input):
+    steps: list[Any] = Field(
+        description="The steps, in order (at most 50): each an object with an `op` "
+        "(`rename`, `drop`, `set`, `hash`, `mask`, `truncate`, `filter`, `dedupe`) and its "
+        "members; paths are JSON Pointers. `[]` is a version with no steps.",
+        examples=[EXAMPLE_STEPS],
+    )
+
+
+class TransformsRead(Output):
+    version: int = Field(description="From 1; 0 before any steps were set.", examples=[1])
+    steps: list[dict[str, Any]] = Field(examples=[EXAMPLE_STEPS])
+    created_at: Timestamp | None = Field(description="Null for version 0.")
+
+
+class PreviewRequest(Input):
+    records: list[Any] = Field(
+        min_length=1,
+        max_length=100,
+        description="1 to 100 records, as a push would send them.",
+        examples=[[{"order_id": "A-1", "amount": 12.5, "customer": {"email": "Ann@x.io"}}]],
+    )
+    steps: list[Any] | None = Field(
+        None,
+        description="Steps to try (checked as a PUT checks them); default: the current version's.",
+        examples=[None],
+    )
+
+
+class PreviewResult(Output):
+    outcome: Literal["stored", "filtered", "duplicate", "invalid"]
+    output: dict[str, Any] | None = Field(
+        description="The record as it would be stored (null unless `stored`)."
+    )
+    errors: list[dict[str, Any]] = Field(
+        description="Why the record is invalid: `{path, keyword, message}` as a push answers them."
+    )
+
+
+class PreviewRead(Output):
+    results: list[PreviewResult]

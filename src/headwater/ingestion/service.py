@@ -24,6 +24,7 @@ from headwater.identity.tokens import Principal
 from headwater.ingestion import (
     check,
     datasets,
+    dedupe,
     lifecycle,
     repository,
     sinks,
@@ -153,7 +154,12 @@ def _compiled(connection: Connection, row: Any) -> datasets.Compiled:
     """The validator and normaliser of a `repository.target` row's dataset (compiled, and
     its schema read, the first time)."""
     return datasets.compiled(
-        connection, dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+        connection,
+        dataset_pk=row.id,
+        version=row.schema_version,
+        options=row.options,
+        coerce=None,
+        transform_version=row.transform_version,
     )
 
 
@@ -243,6 +249,10 @@ def _check(
     # each record normalised, with its JSON text when normalising left it as it was
     cleaned, texts, errors = check.batch(target.compiled, records, nul=nul)
     error_count = errors.count
+    # the dataset's steps, on a batch that will be stored
+    kept = (
+        check.Kept(records=[]) if error_count else check.transform(target.compiled, cleaned, texts)
+    )
     received_at = utcnow_ms()
     transaction = lifecycle.new(
         channel="api",
@@ -255,22 +265,29 @@ def _check(
         author_id=caller.author_id,
         created_at=received_at,
         schema_version=target.version,
+        transform_version=target.compiled.transform_version,
         records_received=len(records),
-        records_accepted=0 if error_count else len(records),
+        records_accepted=len(kept.records),
         records_rejected=errors.records,
+        records_filtered=kept.filtered,
+        records_duplicates=kept.duplicates,
         error_count=error_count,
         errors=errors.listed,
     )
     if error_count:
         return _Checked(transaction, None)
+    steps = target.compiled.steps
     batch = RecordBatch(
-        records=cleaned,
+        records=kept.records,
         company_id=transaction["company_id"],
         dataset_pk=target.dataset_pk,
         transaction_id=transaction["id"],
         schema_version=target.version,
         ingested_at=received_at,
-        texts=texts,
+        texts=kept.texts,
+        transform_version=target.compiled.transform_version,
+        digests=kept.digests,
+        window=None if steps is None or steps.dedupe is None else steps.dedupe.window,
     )
     return _Checked(transaction, batch)
 
@@ -281,8 +298,22 @@ def _store(
     batches: Sequence[RecordBatch],
 ) -> None:
     """Write checked pushes: their final transactions with their events, and the records
-    of those accepted (the database's sink)."""
+    of those accepted (the database's sink). Records of a dataset with a `dedupe` step
+    claim their digests first, in the same database transaction (`claims`), and those
+    found duplicates are counted so and not stored."""
+    if claims(batches):
+        batches, lost = dedupe.claim(connection, batches)
+        for transaction in transactions:
+            count = lost.get(transaction["id"], 0)
+            transaction["records_accepted"] -= count
+            transaction["records_duplicates"] += count
     sinks.for_dialect(connection.dialect.name).store(connection, transactions, batches)
+
+
+def claims(batches: Sequence[RecordBatch]) -> bool:
+    """Whether a write of these batches claims dedupe digests: it is then a database
+    transaction (`Database.begin`), never one statement in autocommit."""
+    return any(batch.digests is not None for batch in batches)
 
 
 def _rows(pushes: Sequence[_Checked]) -> tuple[list[dict[str, Any]], list[RecordBatch]]:
@@ -327,8 +358,9 @@ def push(
 
     checked = _check(caller, client_id, dataset_id, records, target, nul=may_hold_nul(body))
     if idempotency_key is None:
-        with db.atomic() as connection:
-            _store(connection, *_rows([checked]))
+        transactions, batches = _rows([checked])
+        with db.begin() if claims(batches) else db.atomic() as connection:
+            _store(connection, transactions, batches)
         return Pushed(checked.transaction)
 
     with db.begin() as connection:
@@ -388,8 +420,11 @@ def push_group(db: Database, pushes: Sequence[SmallPush]) -> list[Outcome]:
             decision = decide_group(pushes, rows, lambda row: _compiled(connection, row))
             assert decision is not None  # `_compiled` compiles what it has not yet
             outcomes, transactions, batches = decision
-            if transactions:
-                sinks.for_dialect(connection.dialect.name).store(connection, transactions, batches)
+            if transactions and not claims(batches):
+                _store(connection, transactions, batches)
+        if transactions and claims(batches):
+            with db.begin() as connection:
+                _store(connection, transactions, batches)
         return outcomes
     except Exception as exc:
         if len(pushes) == 1 or is_unreachable(exc):
@@ -441,8 +476,24 @@ def cached_compiled(row: Any) -> datasets.Compiled | None:
     """A `repository.target` row's validator and normaliser if this process has compiled
     them already (no database work), else None."""
     return datasets.cached_compiled(
-        dataset_pk=row.id, version=row.schema_version, options=row.options, coerce=None
+        dataset_pk=row.id,
+        version=row.schema_version,
+        options=row.options,
+        coerce=None,
+        transform_version=row.transform_version,
     )
+
+
+def decide_on_loop(
+    pushes: Sequence[SmallPush], rows: dict[tuple[str, str], Any]
+) -> sinks.Decision | None:
+    """`decide_group` for a write on the event loop (one statement in autocommit): None
+    where the group needs more (a schema not compiled yet, or dedupe claims), which
+    leaves it to `push_group` on a thread."""
+    decision = decide_group(pushes, rows, cached_compiled)
+    if decision is None or claims(decision[2]):
+        return None
+    return decision
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:

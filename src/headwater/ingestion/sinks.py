@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -45,6 +45,10 @@ class RecordBatch:
     schema_version: int
     ingested_at: datetime
     texts: Sequence[str | None] | None = None
+    transform_version: int | None = None
+    # each record's dedupe digest and the step's window (`ingestion.dedupe`), if any
+    digests: Sequence[bytes | None] | None = None
+    window: timedelta | None = None
 
     def json_texts(self) -> list[str]:
         """Each record's JSON text, in order."""
@@ -186,6 +190,7 @@ class PortableSink:
                     "dataset_pk": batch.dataset_pk,
                     "transaction_id": batch.transaction_id,
                     "schema_version": batch.schema_version,
+                    "transform_version": batch.transform_version,
                     "ingested_at": batch.ingested_at,
                     "data": data,
                 }
@@ -211,13 +216,14 @@ class PortableSink:
 # planner knows that WITH ORDINALITY numbers rows in order: no sort.
 _RECORDS_INTO = """
 INSERT INTO records
-    (record_id, company_id, dataset_pk, transaction_id, schema_version, ingested_at, data)
+    (record_id, company_id, dataset_pk, transaction_id, schema_version, transform_version,
+     ingested_at, data)
 """
 _UNNEST = (
     _RECORDS_INTO
     + """
 SELECT gen_random_uuid(), %(company_id)s, %(dataset_pk)s, %(transaction_id)s,
-       %(schema_version)s, %(ingested_at)s, data::json
+       %(schema_version)s, %(transform_version)s, %(ingested_at)s, data::json
 FROM unnest(%(data)b::text[]) WITH ORDINALITY AS batch(data, n)
 ORDER BY n
 """
@@ -241,7 +247,8 @@ WITH counted AS (
 _NEW_TRANSACTIONS = """, new_transactions AS (
     INSERT INTO transactions
     SELECT * FROM json_populate_recordset(NULL::transactions, %(transactions)s::json)
-    RETURNING id, company_id, dataset_pk, schema_version, created_at, status, completed_at
+    RETURNING id, company_id, dataset_pk, schema_version, transform_version, created_at, status,
+              completed_at
 ), new_events AS (
     INSERT INTO events (id, type, company_id, created_at, transaction_id)
     SELECT gen_random_uuid(), 'transaction.' || status, company_id, completed_at, id
@@ -256,8 +263,8 @@ _STORE = (
     _STORE_HEAD
     + _RECORDS_INTO
     + """
-SELECT gen_random_uuid(), t.company_id, t.dataset_pk, t.id, t.schema_version, t.created_at,
-       r.data::json
+SELECT gen_random_uuid(), t.company_id, t.dataset_pk, t.id, t.schema_version,
+       t.transform_version, t.created_at, r.data::json
 FROM unnest(%(records)b::text[], %(owners)b::uuid[]) WITH ORDINALITY AS r(data, owner, n)
 JOIN new_transactions AS t ON t.id = r.owner
 ORDER BY r.n
@@ -272,6 +279,7 @@ def _batch_params(batch: RecordBatch) -> dict[str, Any]:
         "dataset_pk": batch.dataset_pk,
         "transaction_id": batch.transaction_id,
         "schema_version": batch.schema_version,
+        "transform_version": batch.transform_version,
         "ingested_at": batch.ingested_at,
         "data": batch.json_texts(),
     }

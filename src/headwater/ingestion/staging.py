@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, select
 
 from headwater.db import Database, delete_in_batches, dialect_insert
-from headwater.ingestion import lifecycle, sinks
+from headwater.ingestion import dedupe, lifecycle, sinks
 from headwater.ingestion.models import Record, StagedTransaction, Transaction
 from headwater.kit.clock import utcnow_ms
 
@@ -57,9 +57,12 @@ def begun(connection: Connection, transaction_id: uuid.UUID) -> bool:
     return marked is not None
 
 
-def stage(connection: Connection, batch: sinks.RecordBatch) -> None:
-    """Store a batch of a staged transaction's checked records, hidden and not counted."""
-    sinks.for_dialect(connection.dialect.name).add(connection, [batch], counted=False)
+def stage(connection: Connection, batch: sinks.RecordBatch) -> int:
+    """Store a batch of a staged transaction's checked records, hidden and not counted,
+    after its dedupe claims; how many were duplicates (not stored)."""
+    batches, lost = dedupe.claim(connection, [batch])
+    sinks.for_dialect(connection.dialect.name).add(connection, batches, counted=False)
+    return lost.get(batch.transaction_id, 0)
 
 
 def publish(
@@ -80,11 +83,13 @@ def end(connection: Connection, transaction_id: uuid.UUID) -> None:
 
 def discard(db: Database, transaction_id: uuid.UUID) -> int:
     """Remove every record stored under the transaction, `DISCARD_BATCH` a short
-    database transaction; how many. For a staged transaction only: its records were
-    never shown."""
-    return delete_in_batches(
+    database transaction, and its dedupe claims; how many records. For a staged
+    transaction only: its records were never shown."""
+    removed = delete_in_batches(
         db, Record.transaction_id, transaction_id, order=Record.seq, batch=DISCARD_BATCH
     )
+    dedupe.release(db, transaction_id)
+    return removed
 
 
 def visible(dataset_pk: Any) -> Any:

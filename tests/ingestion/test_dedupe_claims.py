@@ -1,0 +1,68 @@
+"""Dedupe claims (`ingestion.dedupe`) in two open database transactions: the second
+claim of a digest waits for the first and finds it once the first commits, or takes it
+if the first rolls back. SQLite has one writer, so the race exists on PostgreSQL alone."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.ingestion import dedupe
+from headwater.ingestion.sinks import RecordBatch
+from headwater.kit.clock import utcnow_ms
+
+
+@pytest.fixture
+def db(settings: Settings, backend: str) -> Iterator[Database]:
+    if backend != "postgresql":
+        pytest.skip("two writers at once: PostgreSQL only")
+    database = Database(settings)
+    yield database
+    database.dispose()
+
+
+def batch(company: uuid.UUID, dataset: uuid.UUID, digests: list[bytes]) -> RecordBatch:
+    return RecordBatch(
+        records=[{"n": i} for i in range(len(digests))],
+        company_id=company,
+        dataset_pk=dataset,
+        transaction_id=uuid.uuid4(),
+        schema_version=1,
+        ingested_at=utcnow_ms(),
+        digests=list(digests),
+        window=timedelta(hours=1),
+    )
+
+
+@pytest.mark.parametrize("first_commits", [True, False])
+def test_a_second_claim_waits_for_the_first(db: Database, first_commits: bool) -> None:
+    company, dataset = uuid.uuid4(), uuid.uuid4()
+    shared, own = b"s" * 32, b"o" * 32
+    outcome: list[int] = []
+    started = threading.Event()
+
+    def second() -> None:
+        with db.begin() as connection:
+            started.set()
+            kept, _ = dedupe.claim(connection, [batch(company, dataset, [shared, own])])
+            outcome.append(len(kept[0].records))
+
+    with db.begin() as connection:
+        kept, _ = dedupe.claim(connection, [batch(company, dataset, [shared])])
+        assert len(kept[0].records) == 1
+        thread = threading.Thread(target=second)
+        thread.start()
+        started.wait()
+        thread.join(timeout=0.5)
+        assert thread.is_alive(), "the second claim waits for the first transaction"
+        if not first_commits:
+            connection.rollback()
+    thread.join()
+    # committed: the shared digest was the first's, the second keeps only its own
+    assert outcome == [1 if first_commits else 2]
