@@ -49,6 +49,7 @@ activity_app = _group("The activity log's hash chains.")
 datasets_app = _group("Dataset schemas (draft-06) and options.")
 sftp_accounts_app = _group("SFTP accounts: logins for a company's systems.")
 inboxes_app = _group("Email inboxes: an address per dataset.")
+transforms_app = _group("A dataset's transform steps: versions, and a preview.")
 app.add_typer(db_app, name="db")
 app.add_typer(companies_app, name="companies")
 app.add_typer(clients_app, name="clients")
@@ -56,6 +57,7 @@ app.add_typer(credentials_app, name="credentials")
 app.add_typer(keys_app, name="keys")
 app.add_typer(activity_app, name="activity")
 app.add_typer(datasets_app, name="datasets")
+datasets_app.add_typer(transforms_app, name="transforms")
 app.add_typer(sftp_accounts_app, name="sftp-accounts")
 app.add_typer(inboxes_app, name="inboxes")
 
@@ -680,13 +682,27 @@ def activity_verify(
         raise typer.Exit(1)
 
 
-def _json_file(path: Path) -> dict[str, object]:
+def _json_document(path: Path) -> Any:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise typer.BadParameter(f"{path}: {exc}") from None
+
+
+def _json_file(path: Path) -> dict[str, object]:
+    value = _json_document(path)
     if not isinstance(value, dict):
         raise typer.BadParameter(f"{path}: must hold a JSON object")
+    return value
+
+
+def _json_array(path: Path) -> list[Any]:
+    """A file holding an array, or an object holding one under its only key."""
+    value = _json_document(path)
+    if isinstance(value, dict) and len(value) == 1:
+        value = next(iter(value.values()))
+    if not isinstance(value, list):
+        raise typer.BadParameter(f"{path}: must hold a JSON array")
     return value
 
 
@@ -758,6 +774,83 @@ def datasets_show(
                 session, client_id=client_id, dataset_id=dataset_id, number=version
             )
             _print(one.model_dump(mode="json"))
+
+
+StepsFile = Annotated[
+    Path,
+    typer.Argument(
+        metavar="STEPS_FILE", help='A JSON file holding the steps: an array, or {"steps": [...]}.'
+    ),
+]
+
+
+@transforms_app.command("set")
+def transforms_set(client_id: ClientId, dataset_id: DatasetId, steps: StepsFile) -> None:
+    """Store the steps as the dataset's next transform version."""
+    from headwater.ingestion import transform_service
+
+    with _database().unit_of_work() as session:
+        view = transform_service.set_steps(
+            session,
+            author_id=CLI_OPERATOR,
+            client_id=client_id,
+            dataset_id=dataset_id,
+            steps=_json_array(steps),
+        )
+        _print(view.model_dump(mode="json"))
+
+
+@transforms_app.command("show")
+def transforms_show(
+    client_id: ClientId,
+    dataset_id: DatasetId,
+    version: Annotated[
+        int | None, typer.Option(metavar="N", help="Print this version (default: the current).")
+    ] = None,
+) -> None:
+    """Print the dataset's current transform steps, or one version of them."""
+    from headwater.ingestion import transform_service
+
+    with _database().read_session() as session:
+        if version is None:
+            view = transform_service.current(session, client_id=client_id, dataset_id=dataset_id)
+        else:
+            view = transform_service.version(
+                session, client_id=client_id, dataset_id=dataset_id, number=version
+            )
+        _print(view.model_dump(mode="json"))
+
+
+@transforms_app.command("preview")
+def transforms_preview(
+    client_id: ClientId,
+    dataset_id: DatasetId,
+    records: Annotated[
+        Path,
+        typer.Argument(
+            metavar="RECORDS_FILE", help="A JSON file holding an array of 1-100 records."
+        ),
+    ],
+    steps: Annotated[
+        Path | None,
+        typer.Option("--steps", metavar="FILE", help="Steps to try (default: the current)."),
+    ] = None,
+) -> None:
+    """Print how each record would fare if pushed now; nothing is stored."""
+    from headwater.ingestion import transform_service
+    from headwater.ingestion.schemas import PreviewRequest
+
+    body = PreviewRequest(
+        records=_json_array(records), steps=None if steps is None else _json_array(steps)
+    )
+    view = transform_service.preview(
+        _database(),
+        client_id=client_id,
+        dataset_id=dataset_id,
+        records=body.records,
+        steps=body.steps,
+    )
+    _print(view.model_dump(mode="json"))
 
 
 @sftp_accounts_app.command("create")

@@ -56,7 +56,7 @@ def compose(
         lines.append(f"- {view.file_name}: {view.status} (transaction {view.transaction_id})")
         lines.append(
             f"  {view.records_received} records: {view.records_accepted} accepted, "
-            f"{view.records_rejected} rejected, {view.error_count} errors"
+            f"{view.records_rejected} rejected, {view.error_count} errors" + _steps(view)
         )
         for error in view.errors[:MAX_ERRORS]:
             where = f"line {error.line}" if error.line is not None else f"record {error.record}"
@@ -67,6 +67,13 @@ def compose(
         lines.append(f"- {name}: ignored (not CSV, JSON or NDJSON)")
     reply.set_content("\n".join(lines) + "\n")
     return reply
+
+
+def _steps(view: ingestion.TransactionRead) -> str:
+    """What the dataset's transform steps kept out, where they did."""
+    if not view.records_filtered and not view.records_duplicates:
+        return ""
+    return f"; {view.records_filtered} filtered, {view.records_duplicates} duplicates"
 
 
 def _send(settings: Settings, reply: EmailMessage) -> None:

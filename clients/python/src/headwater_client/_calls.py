@@ -22,12 +22,14 @@ from headwater_client.models import (
     Dataset,
     Export,
     Page,
+    Preview,
     QuarantinedRow,
     Record,
     Resource,
     Template,
     Token,
     Transaction,
+    Transforms,
     UploadTicket,
     WebhookDelivery,
     WebhookEndpoint,
@@ -373,6 +375,46 @@ def dataset(dataset_id: str, *, client_id: str) -> Call[Dataset]:
 def datasets(*, client_id: str | None = None, page_size: int = 100) -> PageCall[Dataset]:
     """Datasets the token may read, of one ingestion client if given."""
     return pages(Dataset, "/platform/v1/datasets", query(client_id=client_id, page_size=page_size))
+
+
+def _transforms_path(client_id: str, dataset_id: str) -> str:
+    return f"/admin/v1/clients/{segment(client_id)}/datasets/{segment(dataset_id)}/transforms"
+
+
+def transforms(dataset_id: str, *, client_id: str) -> Call[Transforms]:
+    """The dataset's current transform steps (operator token, scope `admin`)."""
+    return resource("GET", _transforms_path(client_id, dataset_id), Transforms)
+
+
+def transform_version(dataset_id: str, version: int, *, client_id: str) -> Call[Transforms]:
+    """One version of the dataset's transform steps (scope `admin`)."""
+    path = f"{_transforms_path(client_id, dataset_id)}/versions/{int(version)}"
+    return resource("GET", path, Transforms)
+
+
+def set_transforms(
+    dataset_id: str, steps: list[dict[str, Any]], *, client_id: str
+) -> Call[Transforms]:
+    """Store the steps as the dataset's next transform version (scope `admin`)."""
+    path = _transforms_path(client_id, dataset_id)
+    return resource("PUT", path, Transforms, json={"steps": steps})
+
+
+def preview_transforms(
+    dataset_id: str,
+    records: list[dict[str, Any]],
+    *,
+    client_id: str,
+    steps: list[dict[str, Any]] | None = None,
+) -> Call[Preview]:
+    """How 1-100 records would fare if pushed now, through the current steps or
+    `steps`; nothing is stored (scope `admin`)."""
+    body: dict[str, Any] = {"records": records}
+    if steps is not None:
+        body["steps"] = steps
+    return resource(
+        "POST", f"{_transforms_path(client_id, dataset_id)}/preview", Preview, json=body
+    )
 
 
 def push(batch: Batch, *, key: str) -> Call[BatchResult]:

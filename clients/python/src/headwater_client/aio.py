@@ -232,6 +232,10 @@ class AsyncClient(BaseClient):
     list_records = alisting(calls.records)
     get_dataset = afetch(calls.dataset)
     list_datasets = alisting(calls.datasets)
+    get_transforms = afetch(calls.transforms)
+    get_transform_version = afetch(calls.transform_version)
+    set_transforms = afetch(calls.set_transforms)
+    preview_transforms = afetch(calls.preview_transforms)
 
     stream_records = andjson_records(calls.record_stream)
 

@@ -305,9 +305,9 @@ def _print_transaction(transaction: Transaction, *, as_json: bool) -> None:
         _print_json(transaction.to_json())
         return
     names = ["transaction_id", "kind", "channel", "status", "client_id", "dataset_id"]
-    names += ["schema_version"]
+    names += ["schema_version", "transform_version"]
     names += ["records_received", "records_processed", "records_accepted", "records_rejected"]
-    names += ["error_count"]
+    names += ["records_filtered", "records_duplicates", "error_count"]
     if transaction.kind == "file":
         names += ["file_name", "file_size", "content_type", "uploaded_at", "started_at"]
     _fields(transaction, *names, "created_at", "completed_at")

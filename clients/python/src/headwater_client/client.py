@@ -247,6 +247,13 @@ class Client(BaseClient):
     get_dataset = fetch(calls.dataset)
     list_datasets = listing(calls.datasets)
 
+    # A dataset's transform steps (an operator's token, scope `admin`)
+
+    get_transforms = fetch(calls.transforms)
+    get_transform_version = fetch(calls.transform_version)
+    set_transforms = fetch(calls.set_transforms)
+    preview_transforms = fetch(calls.preview_transforms)
+
     stream_record_lines = ndjson_lines(calls.record_stream)
     stream_records = ndjson_records(calls.record_stream)
 

@@ -190,6 +190,10 @@ class Transaction(Resource):
     completed_at: datetime | None
     records_processed: int | None  # a file's rows read so far, while it is processing
     resubmit_of: str | None  # a resubmission: the transaction whose quarantined rows it took
+    # what the dataset's transform steps did (None from an older service)
+    transform_version: int | None
+    records_filtered: int | None
+    records_duplicates: int | None
 
     @property
     def finished(self) -> bool:
@@ -216,6 +220,28 @@ class Record(Resource):
     schema_version: int
     ingested_at: datetime
     data: dict[str, Any]
+    transform_version: int | None  # the steps that made `data` (None: none)
+
+
+@dataclass(frozen=True, slots=True)
+class Transforms(Resource):
+    """A version of a dataset's transform steps (0, with none, before any were set)."""
+
+    version: int
+    steps: list[dict[str, Any]]
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewResult(Resource):
+    outcome: str  # stored, filtered, duplicate or invalid
+    output: dict[str, Any] | None  # the record as it would be stored
+    errors: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Preview(Resource):
+    results: list[PreviewResult]
 
 
 @dataclass(frozen=True, slots=True)
