@@ -51,6 +51,15 @@ async def forget_idempotency_keys(runtime: Runtime) -> None:
         log.info("idempotency keys purged", count=purged)
 
 
+async def forget_dedupe_claims(runtime: Runtime) -> None:
+    """Delete dedupe claims older than the longest window a step may have (720 h)."""
+    from headwater.ingestion import dedupe
+
+    purged = await anyio.to_thread.run_sync(lambda: dedupe.purge(runtime.db, now=utcnow()))
+    if purged:
+        log.info("dedupe claims purged", count=purged)
+
+
 async def expire_uploads(runtime: Runtime) -> None:
     """File transactions whose upload never came, past the URL's lifetime and a grace."""
     grace = timedelta(seconds=runtime.settings.upload_expiry_grace_seconds)
@@ -206,6 +215,7 @@ def periodic(settings: Settings) -> list[scheduler.Periodic]:
             scheduler.Periodic(job.__name__, every, job)
             for job in (
                 forget_idempotency_keys,
+                forget_dedupe_claims,
                 expire_uploads,
                 poll_uploads,
                 expire_sftp_receipts,

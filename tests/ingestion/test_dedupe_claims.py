@@ -4,12 +4,14 @@ if the first rolls back. SQLite has one writer, so the race exists on PostgreSQL
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.db import Database
@@ -19,7 +21,8 @@ from headwater.kit.clock import utcnow_ms
 
 
 @pytest.fixture
-def db(settings: Settings, backend: str) -> Iterator[Database]:
+def db(settings: Settings, backend: str, client: TestClient) -> Iterator[Database]:
+    """The tests' database (`client` migrated it), on PostgreSQL."""
     if backend != "postgresql":
         pytest.skip("two writers at once: PostgreSQL only")
     database = Database(settings)
@@ -66,3 +69,25 @@ def test_a_second_claim_waits_for_the_first(db: Database, first_commits: bool) -
     thread.join()
     # committed: the shared digest was the first's, the second keeps only its own
     assert outcome == [1 if first_commits else 2]
+
+
+def test_claims_past_the_longest_window_are_purged_in_batches(
+    settings: Settings, client: TestClient
+) -> None:
+    database = Database(settings)
+    try:
+        company, dataset = uuid.uuid4(), uuid.uuid4()
+        now = utcnow_ms()
+        old = [bytes([n]) * 32 for n in range(5)]
+        fresh = [b"f" * 32]
+        with database.begin() as connection:
+            stale = batch(company, dataset, old)
+            stale = dataclasses.replace(stale, ingested_at=now - timedelta(hours=721))
+            dedupe.claim(connection, [stale, batch(company, dataset, fresh)])
+        assert dedupe.purge(database, now=now, batch=2) >= 5
+        with database.begin() as connection:
+            kept, _ = dedupe.claim(connection, [batch(company, dataset, old + fresh)])
+        # the purged digests are new again; the fresh one is still claimed
+        assert len(kept[0].records) == 5
+    finally:
+        database.dispose()

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, delete
+from sqlalchemy import Connection, delete, select
 
 from headwater.db import Database, delete_in_batches, dialect_insert
 from headwater.ingestion.models import DedupeKey
@@ -106,7 +106,25 @@ def release(db: Database, transaction_id: uuid.UUID) -> int:
     )
 
 
-def purge(connection: Connection, *, older_than: datetime) -> int:
-    """Forget claims past every window (the longest is 720 hours); how many went."""
-    result = connection.execute(delete(DedupeKey).where(DedupeKey.seen_at < older_than))
-    return int(result.rowcount)
+# The longest window a dedupe step may have: a claim older than this is of no use.
+LONGEST_WINDOW = timedelta(hours=720)
+
+
+def purge(db: Database, *, now: datetime, batch: int = CHUNK * 5) -> int:
+    """Forget claims older than the longest window, `batch` a short database
+    transaction (a range of `seen_at`, through its index); how many went."""
+    removed = 0
+    cutoff = now - LONGEST_WINDOW
+    while True:
+        with db.begin() as connection:
+            last = connection.scalar(
+                select(DedupeKey.seen_at)
+                .where(DedupeKey.seen_at < cutoff)
+                .order_by(DedupeKey.seen_at)
+                .offset(batch - 1)
+                .limit(1)
+            )
+            bound = DedupeKey.seen_at < cutoff if last is None else DedupeKey.seen_at <= last
+            removed += int(connection.execute(delete(DedupeKey).where(bound)).rowcount)
+        if last is None:
+            return removed
