@@ -136,6 +136,7 @@ def test_the_demo_prints_calls_that_work(demo: dict[str, object]) -> None:
 # what earlier ones wrote: the upload's file, the export's records).
 PAGES = [
     "docs/api.md",
+    "docs/transforms.md",
     "docs/channels.md",
     "docs/events-and-webhooks.md",
     "docs/downstream.md",
