@@ -231,6 +231,17 @@ Op = Callable[[dict[str, Any], set[int]], bool]
 
 
 def _string_op(tokens: tuple[str, ...], change: Callable[[str], str]) -> Op:
+    if len(tokens) == 1:  # a top-level member: the record's own copy, no walk
+        (name,) = tokens
+
+        def top(record: dict[str, Any], owned: set[int]) -> bool:
+            value = record.get(name)
+            if type(value) is str:
+                record[name] = change(value)
+            return True
+
+        return top
+
     def run(record: dict[str, Any], owned: set[int]) -> bool:
         value = _value(record, tokens)
         if isinstance(value, str):
@@ -251,6 +262,16 @@ def _put(record: dict[str, Any], tokens: tuple[str, ...], value: Any, owned: set
 
 
 def _rename(source: tuple[str, ...], target: tuple[str, ...]) -> Op:
+    if len(source) == 1 and len(target) == 1 and source != target:
+        (old,), (new,) = source, target
+
+        def top(record: dict[str, Any], owned: set[int]) -> bool:
+            if old in record:
+                record[new] = record.pop(old)
+            return True
+
+        return top
+
     def run(record: dict[str, Any], owned: set[int]) -> bool:
         value = _value(record, source)
         if value is _MISSING or source == target:
@@ -265,6 +286,15 @@ def _rename(source: tuple[str, ...], target: tuple[str, ...]) -> Op:
 
 
 def _drop(tokens: tuple[str, ...]) -> Op:
+    if len(tokens) == 1:
+        (name,) = tokens
+
+        def top(record: dict[str, Any], owned: set[int]) -> bool:
+            record.pop(name, None)
+            return True
+
+        return top
+
     def run(record: dict[str, Any], owned: set[int]) -> bool:
         if _value(record, tokens) is not _MISSING:
             node = _writable(record, tokens, owned, make=False)
@@ -283,6 +313,15 @@ def _set(tokens: tuple[str, ...], value: Any) -> Op:
         # a fresh copy each time: records never share a mutable value
         _put(record, tokens, value if plain else orjson.loads(encoded), owned)
         return True
+
+    if len(tokens) == 1 and plain:
+        (name,) = tokens
+
+        def top(record: dict[str, Any], owned: set[int]) -> bool:
+            record[name] = value
+            return True
+
+        return top
 
     return run
 
@@ -319,6 +358,7 @@ class Steps:
     def __init__(self, version: int, steps: Sequence[dict[str, Any]], key: bytes) -> None:
         self.version = version
         self._key = key
+        self._keyed = hmac.new(key, digestmod=hashlib.sha256)  # copied for each digest
         self.dedupe: Dedupe | None = None
         self._ops: list[Op] = []
         for step in steps:
@@ -349,21 +389,26 @@ class Steps:
             return _string_op(tokens, lambda value: value[:limit])
         if op == "mask":
             return _string_op(tokens, _mask(step.get("keep_last", 4), step.get("char", "*")))
-        key = self._key
+        keyed = hmac.new(self._key, digestmod=hashlib.sha256)  # copied for each value
         if step.get("lowercase", False):
-            return _string_op(tokens, lambda value: _hmac(key, value.lower()))
-        return _string_op(tokens, lambda value: _hmac(key, value))
+            return _string_op(tokens, lambda value: _hmac(keyed, value.lower()))
+        return _string_op(tokens, lambda value: _hmac(keyed, value))
 
     def run(self, record: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
         """The record's output (a copy: `record` is left as it was; None: a filter kept
         it out) and its dedupe digest (None: no dedupe step, or the record lacks one of
         its keys)."""
-        digest = None
-        dedupe = self.dedupe
         output = dict(record)
         owned = {id(output)}
+        dedupe = self.dedupe
+        if dedupe is None:
+            for op in self._ops:
+                if not op(output, owned):
+                    return None, None
+            return output, None
+        digest = None
         for index, op in enumerate(self._ops):
-            if dedupe is not None and index == dedupe.index:
+            if index == dedupe.index:
                 digest = self._digest(output, dedupe)
             elif not op(output, owned):
                 return None, None
@@ -376,12 +421,17 @@ class Steps:
             if value is _MISSING:
                 return None
             values.append(value)
-        message = dedupe.salt + b"\n" + orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
-        return hmac.new(self._key, message, hashlib.sha256).digest()
+        mac = self._keyed.copy()
+        mac.update(dedupe.salt + b"\n" + orjson.dumps(values, option=orjson.OPT_SORT_KEYS))
+        return mac.digest()
 
 
-def _hmac(key: bytes, value: str) -> str:
-    return hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
+def _hmac(keyed: hmac.HMAC, value: str) -> str:
+    """HMAC-SHA256 of the value's UTF-8 bytes, from a copy of the keyed state (the key's
+    two pads are hashed once, not for every value)."""
+    mac = keyed.copy()
+    mac.update(value.encode())
+    return mac.hexdigest()
 
 
 def compile_steps(version: int, steps: Sequence[dict[str, Any]], key: bytes) -> Steps | None:
