@@ -83,7 +83,8 @@ def test_claims_past_the_longest_window_are_purged_in_batches(
         with database.begin() as connection:
             stale = batch(company, dataset, old)
             stale = dataclasses.replace(stale, ingested_at=now - timedelta(hours=721))
-            dedupe.claim(connection, [stale, batch(company, dataset, fresh)])
+            dedupe.claim(connection, [stale])
+            dedupe.claim(connection, [batch(company, dataset, fresh)])
         assert dedupe.purge(database, now=now, batch=2) >= 5
         with database.begin() as connection:
             kept, _ = dedupe.claim(connection, [batch(company, dataset, old + fresh)])

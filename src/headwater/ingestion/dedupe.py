@@ -17,92 +17,181 @@ the file is discarded (`release`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from headwater.db import Database, delete_in_batches, dialect_insert
+from headwater.db import Database, delete_in_batches, driver_execute
 from headwater.ingestion.models import DedupeKey
 from headwater.ingestion.sinks import RecordBatch
 
-# rows a statement: within SQLite's and PostgreSQL's bound parameters
+if TYPE_CHECKING:
+    import psycopg
+
+# rows a statement: within SQLite's bound parameters
 CHUNK = 1000
 
 
-def claim(
-    connection: Connection, batches: Sequence[RecordBatch]
-) -> tuple[list[RecordBatch], dict[uuid.UUID, int]]:
-    """The batches with their duplicates left out, and how many each transaction lost.
-    Batches without digests pass as they are; of two batches of one dataset holding one
-    digest, the first keeps it."""
-    seen: set[tuple[uuid.UUID, bytes]] = set()
-    out: list[RecordBatch] = []
-    duplicates: dict[uuid.UUID, int] = {}
-    for batch in batches:
-        if batch.digests is None or batch.window is None:
-            out.append(batch)
-            continue
-        fresh = [
-            digest
-            for digest in batch.digests
-            if digest is not None and (batch.dataset_pk, digest) not in seen
-        ]
-        claimed = _claim(connection, batch, fresh, batch.window, batch.ingested_at)
-        records = []
-        for record, digest in zip(batch.records, batch.digests, strict=True):
-            if digest is None:
-                records.append(record)
-            elif digest in claimed and (batch.dataset_pk, digest) not in seen:
-                seen.add((batch.dataset_pk, digest))
-                records.append(record)
-        lost = len(batch.records) - len(records)
-        duplicates[batch.transaction_id] = duplicates.get(batch.transaction_id, 0) + lost
-        out.append(replace(batch, records=records, digests=None, texts=None) if lost else batch)
-    return out, duplicates
+Group = tuple[uuid.UUID, uuid.UUID, timedelta, uuid.UUID | None]
 
 
-def _claim(
-    connection: Connection,
-    batch: RecordBatch,
-    digests: list[bytes],
-    window: timedelta,
-    at: datetime,
-) -> set[bytes]:
-    """The digests this write claims (new, or last seen before the window)."""
-    claimed: set[bytes] = set()
-    ordered = sorted(set(digests))
-    insert = dialect_insert(connection.dialect)
-    for start in range(0, len(ordered), CHUNK):
-        rows = [
+@dataclass(frozen=True, slots=True)
+class Claims:
+    """What a write of some batches claims: for each (company, dataset, window, staging
+    transaction) its digests in order, each once (the first record of the write holding
+    it claims it; the others are its duplicates), and the time they are claimed at (the
+    first batch's: the pushes of a group are a few milliseconds apart)."""
+
+    groups: dict[Group, tuple[list[bytes], datetime]]
+
+    @classmethod
+    def of(cls, batches: Sequence[RecordBatch], *, staged: bool = False) -> Claims:
+        groups: dict[Group, tuple[set[bytes], datetime]] = {}
+        for batch in batches:
+            if batch.digests is None or batch.window is None:
+                continue
+            key = (
+                batch.company_id,
+                batch.dataset_pk,
+                batch.window,
+                batch.transaction_id if staged else None,
+            )
+            digests, _ = groups.setdefault(key, (set(), batch.ingested_at))
+            digests.update(digest for digest in batch.digests if digest is not None)
+        # datasets, then digests, in one order: two writes seldom wait on each other's
+        # rows in opposite order (PostgreSQL ends a deadlock; the group is tried again)
+        return cls(
             {
-                "company_id": batch.company_id,
-                "dataset_pk": batch.dataset_pk,
-                "digest": digest,
-                "seen_at": at,
-                "transaction_id": batch.transaction_id,
+                key: (sorted(groups[key][0]), groups[key][1])
+                for key in sorted(groups, key=lambda k: (k[1], k[2]))
             }
-            for digest in ordered[start : start + CHUNK]
-        ]
-        statement = insert(DedupeKey).values(rows)
-        statement = statement.on_conflict_do_update(
-            index_elements=["company_id", "dataset_pk", "digest"],
-            set_={
-                "seen_at": statement.excluded.seen_at,
-                "transaction_id": statement.excluded.transaction_id,
-            },
-            where=DedupeKey.seen_at < at - window,
-        ).returning(DedupeKey.digest)
-        claimed.update(connection.scalars(statement))
-    return claimed
+        )
+
+    def statements(self, dialect: str) -> Iterator[tuple[uuid.UUID, Any, dict[str, Any] | None]]:
+        """The claiming statements, each with its dataset: psycopg's SQL and its
+        parameters on PostgreSQL, a SQLAlchemy statement (and None) elsewhere. Each
+        answers the digests it claimed."""
+        for (company_id, dataset_pk, window, staged_by), (digests, at) in self.groups.items():
+            if dialect == "postgresql":
+                yield (
+                    dataset_pk,
+                    _CLAIM_SQL,
+                    {
+                        "company_id": company_id,
+                        "dataset_pk": dataset_pk,
+                        "at": at,
+                        "cutoff": at - window,
+                        "staged_by": staged_by,
+                        "digests": digests,
+                    },
+                )
+                continue
+            for start in range(0, len(digests), CHUNK):
+                statement = sqlite_insert(DedupeKey).values(
+                    [
+                        {
+                            "company_id": company_id,
+                            "dataset_pk": dataset_pk,
+                            "digest": digest,
+                            "seen_at": at,
+                            "staged_by": staged_by,
+                        }
+                        for digest in digests[start : start + CHUNK]
+                    ]
+                )
+                yield (
+                    dataset_pk,
+                    statement.on_conflict_do_update(
+                        index_elements=["company_id", "dataset_pk", "digest"],
+                        set_={
+                            "seen_at": statement.excluded.seen_at,
+                            "staged_by": statement.excluded.staged_by,
+                        },
+                        where=DedupeKey.seen_at < at - window,
+                    ).returning(DedupeKey.digest),
+                    None,
+                )
+
+    @staticmethod
+    def apply(
+        batches: Sequence[RecordBatch], claimed: set[tuple[uuid.UUID, bytes]]
+    ) -> tuple[list[RecordBatch], dict[uuid.UUID, int]]:
+        """The batches with their duplicates left out, and how many each transaction
+        lost, from the (dataset, digest) pairs the write claimed."""
+        out: list[RecordBatch] = []
+        lost: dict[uuid.UUID, int] = {}
+        for batch in batches:
+            if batch.digests is None or batch.window is None:
+                out.append(batch)
+                continue
+            records = []
+            for record, digest in zip(batch.records, batch.digests, strict=True):
+                if digest is None:
+                    records.append(record)
+                elif (batch.dataset_pk, digest) in claimed:
+                    claimed.discard((batch.dataset_pk, digest))  # its first record only
+                    records.append(record)
+            count = len(batch.records) - len(records)
+            lost[batch.transaction_id] = lost.get(batch.transaction_id, 0) + count
+            out.append(
+                replace(batch, records=records, digests=None, texts=None) if count else batch
+            )
+        return out, lost
+
+
+def claim(
+    connection: Connection, batches: Sequence[RecordBatch], *, staged: bool = False
+) -> tuple[list[RecordBatch], dict[uuid.UUID, int]]:
+    """Claim the batches' digests in the caller's database transaction: the batches with
+    their duplicates left out, and how many each transaction lost. Of two records of one
+    dataset holding one digest, the first (in the batches' order) may be stored.
+    `staged`: a file's batch, whose claims go if the file is discarded (`release`)."""
+    claimed: set[tuple[uuid.UUID, bytes]] = set()
+    claims = Claims.of(batches, staged=staged)
+    for dataset_pk, statement, params in claims.statements(connection.dialect.name):
+        rows = (
+            connection.execute(statement)
+            if params is None
+            else driver_execute(connection, statement, params)
+        )
+        claimed.update((dataset_pk, bytes(row.digest)) for row in rows)
+    return Claims.apply(batches, claimed)
+
+
+async def claim_async(
+    connection: psycopg.AsyncConnection[Any], batches: Sequence[RecordBatch]
+) -> tuple[list[RecordBatch], dict[uuid.UUID, int]]:
+    """`claim` on an asyncio psycopg connection (PostgreSQL), in its open transaction."""
+    claimed: set[tuple[uuid.UUID, bytes]] = set()
+    for dataset_pk, statement, params in Claims.of(batches).statements("postgresql"):
+        cursor = await connection.execute(statement, params)
+        claimed.update((dataset_pk, bytes(row[0])) for row in await cursor.fetchall())
+    return Claims.apply(batches, claimed)
+
+
+# PostgreSQL's claim of a dataset's digests, through psycopg itself: they travel as one
+# binary bytea[] (SQLAlchemy compiling a 500-row VALUES list cost more than the insert),
+# in order.
+_CLAIM_SQL = """
+INSERT INTO dedupe_keys (company_id, dataset_pk, digest, seen_at, staged_by)
+SELECT %(company_id)s, %(dataset_pk)s, digest, %(at)s, %(staged_by)s
+FROM unnest(%(digests)s::bytea[]) AS digest
+ON CONFLICT (company_id, dataset_pk, digest) DO UPDATE
+SET seen_at = excluded.seen_at, staged_by = excluded.staged_by
+WHERE dedupe_keys.seen_at < %(cutoff)s
+RETURNING digest
+"""
 
 
 def release(db: Database, transaction_id: uuid.UUID) -> int:
     """Forget a discarded transaction's claims (its records were never shown), in short
     database transactions; how many."""
     return delete_in_batches(
-        db, DedupeKey.transaction_id, transaction_id, order=DedupeKey.digest, batch=CHUNK * 5
+        db, DedupeKey.staged_by, transaction_id, order=DedupeKey.digest, batch=CHUNK * 5
     )
 
 

@@ -130,6 +130,7 @@ class PushQueue:
                     connection,
                     service.group_pairs(pushes),
                     lambda rows: service.decide_on_loop(pushes, rows),
+                    service.claim_on_loop,
                 )
             except BaseException:
                 await connection.close()

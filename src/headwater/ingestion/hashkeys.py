@@ -44,3 +44,12 @@ def key(connection: Connection, company_id: uuid.UUID) -> bytes:
         return base64.b64decode(sealing.box(sealing.HASH_KEYS).open(company_id, sealed))
 
     return _opened.get_or_compute(company_id, read)
+
+
+def opened(connection: Connection, company_id: uuid.UUID) -> bool:
+    """Whether the company has a key (opened, and kept for this process, if it has)."""
+    try:
+        key(connection, company_id)
+    except LookupError:
+        return False
+    return True

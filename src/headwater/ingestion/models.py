@@ -92,14 +92,24 @@ class DedupeKey(Base):
     key probe a record; a concurrent claim of the same digest waits for the first."""
 
     __tablename__ = "dedupe_keys"
-    __table_args__ = (Index(None, "transaction_id", "digest"),)
+    __table_args__ = (
+        Index(
+            "ix_dedupe_keys_staged",
+            "staged_by",
+            "digest",
+            postgresql_where=text("staged_by IS NOT NULL"),
+            sqlite_where=text("staged_by IS NOT NULL"),
+        ),
+    )
 
     company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    digest: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
+    # the first 128 bits of the HMAC: one index entry of 48 bytes a claim
+    digest: Mapped[bytes] = mapped_column(LargeBinary(16), primary_key=True)
     seen_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
-    # the transaction whose record claimed it (a discarded file's claims go with it)
-    transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    # the file transaction that claimed it while staging (a discarded file's claims go
+    # with it); NULL for a push's or a resubmit's, which commit with their records
+    staged_by: Mapped[uuid.UUID | None] = mapped_column(Uuid, default=None)
 
 
 class Transaction(Base):

@@ -303,11 +303,25 @@ def _store(
     found duplicates are counted so and not stored."""
     if claims(batches):
         batches, lost = dedupe.claim(connection, batches)
-        for transaction in transactions:
-            count = lost.get(transaction["id"], 0)
-            transaction["records_accepted"] -= count
-            transaction["records_duplicates"] += count
+        _count_duplicates(transactions, lost)
     sinks.for_dialect(connection.dialect.name).store(connection, transactions, batches)
+
+
+def _count_duplicates(transactions: Sequence[dict[str, Any]], lost: dict[uuid.UUID, int]) -> None:
+    """Records the claims found duplicates: not stored, counted so."""
+    for transaction in transactions:
+        count = lost.get(transaction["id"], 0)
+        transaction["records_accepted"] -= count
+        transaction["records_duplicates"] += count
+
+
+async def claim_on_loop(
+    connection: Any, transactions: Sequence[dict[str, Any]], batches: Sequence[RecordBatch]
+) -> Sequence[RecordBatch]:
+    """`_store`'s claims for a group written on the event loop (`sinks.ClaimAsync`)."""
+    stored, lost = await dedupe.claim_async(connection, batches)
+    _count_duplicates(transactions, lost)
+    return stored
 
 
 def claims(batches: Sequence[RecordBatch]) -> bool:
@@ -487,13 +501,9 @@ def cached_compiled(row: Any) -> datasets.Compiled | None:
 def decide_on_loop(
     pushes: Sequence[SmallPush], rows: dict[tuple[str, str], Any]
 ) -> sinks.Decision | None:
-    """`decide_group` for a write on the event loop (one statement in autocommit): None
-    where the group needs more (a schema not compiled yet, or dedupe claims), which
-    leaves it to `push_group` on a thread."""
-    decision = decide_group(pushes, rows, cached_compiled)
-    if decision is None or claims(decision[2]):
-        return None
-    return decision
+    """`decide_group` for a write on the event loop: None where a schema is not compiled
+    yet (compiling reads), which leaves the group to `push_group` on a thread."""
+    return decide_group(pushes, rows, cached_compiled)
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:

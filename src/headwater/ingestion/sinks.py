@@ -15,7 +15,7 @@ portable one uses plain statements that the caller's transaction makes atomic.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,6 +69,11 @@ class RecordBatch:
 # group to the thread path.
 Decision = tuple[list[Any], Sequence[dict[str, Any]], Sequence[RecordBatch]]
 Decide = Callable[[dict[tuple[str, str], Any]], Decision | None]
+# Dedupe claims made in the write's transaction on the event loop: the batches left to
+# store (the transactions' counts changed to match).
+ClaimAsync = Callable[
+    [Any, Sequence[dict[str, Any]], Sequence[RecordBatch]], Awaitable[Sequence[RecordBatch]]
+]
 
 
 class RecordSink(Protocol):
@@ -93,10 +98,12 @@ class RecordSink(Protocol):
         connection: psycopg.AsyncConnection[Any],
         pairs: Sequence[tuple[str, str]],
         decide: Decide,
+        claim: ClaimAsync | None = None,
     ) -> list[Any] | None:
         """Group commit on the event loop: read each (client, dataset) pair's target
-        (`repository.target`), let `decide` check the group, store what it accepts;
-        the outcomes, or None to leave the group to `store` on a thread."""
+        (`repository.target`), let `decide` check the group, store what it accepts
+        (after `claim`, in one database transaction, where its batches carry dedupe
+        digests); the outcomes, or None to leave the group to `store` on a thread."""
 
 
 def _json(record: dict[str, Any]) -> str:
@@ -204,6 +211,7 @@ class PortableSink:
         connection: psycopg.AsyncConnection[Any],
         pairs: Sequence[tuple[str, str]],
         decide: Decide,
+        claim: ClaimAsync | None = None,
     ) -> list[Any] | None:
         return None  # no event-loop driver: groups are written on a thread
 
@@ -346,12 +354,15 @@ class PostgresSink:
         connection: psycopg.AsyncConnection[Any],
         pairs: Sequence[tuple[str, str]],
         decide: Decide,
+        claim: ClaimAsync | None = None,
     ) -> list[Any] | None:
         """On an asyncio psycopg connection in autocommit: one read a pair, then one
-        statement. None when `decide` leaves the group (a schema version not compiled
-        yet: compiling reads) or the write failed (nothing of it was stored). A
-        connection that broke raises SQLAlchemy's error, as a thread's write would
-        (503): whether a write sent before it broke was committed is unknown."""
+        statement (a transaction of two, the claims and the store, where batches carry
+        dedupe digests and `claim` is given). None when `decide` leaves the group (a
+        schema version not compiled yet: compiling reads) or the write failed (nothing
+        of it was stored). A connection that broke raises SQLAlchemy's error, as a
+        thread's write would (503): whether a write sent before it broke was committed
+        is unknown."""
         import psycopg
 
         try:
@@ -365,8 +376,16 @@ class PostgresSink:
             if decision is None:
                 return None
             outcomes, transactions, batches = decision
-            if transactions:
-                await self.store_async(connection, transactions, batches)
+            if not transactions:
+                return outcomes
+            if any(batch.digests is not None for batch in batches):
+                if claim is None:
+                    return None
+                async with connection.transaction():
+                    stored = await claim(connection, transactions, batches)
+                    await self.store_async(connection, transactions, stored)
+                return outcomes
+            await self.store_async(connection, transactions, batches)
             return outcomes
         except psycopg.Error as exc:
             broken = connection.broken or connection.closed

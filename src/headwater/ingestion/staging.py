@@ -60,7 +60,7 @@ def begun(connection: Connection, transaction_id: uuid.UUID) -> bool:
 def stage(connection: Connection, batch: sinks.RecordBatch) -> int:
     """Store a batch of a staged transaction's checked records, hidden and not counted,
     after its dedupe claims; how many were duplicates (not stored)."""
-    batches, lost = dedupe.claim(connection, [batch])
+    batches, lost = dedupe.claim(connection, [batch], staged=True)
     sinks.for_dialect(connection.dialect.name).add(connection, batches, counted=False)
     return lost.get(batch.transaction_id, 0)
 

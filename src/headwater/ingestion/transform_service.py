@@ -143,10 +143,14 @@ def preview(
     `filtered`, `duplicate` (of an earlier record here, or of a stored one within the
     window) or `stored` with its output. Nothing is stored."""
     document = None if steps is None else checked(steps)
-    with db.unit_of_work() as session:
+    with db.read_session() as session:
         dataset = datasets.find(session, client_id=client_id, dataset_id=dataset_id)
-        if document is not None:  # steps tried before any were set may hash
-            hashkeys.ensure(session.connection(), dataset.company_id)
+    if document is not None:  # steps tried before any were set may hash: a key first
+        with db.read_connection() as connection:
+            keyed = hashkeys.opened(connection, dataset.company_id)
+        if not keyed:
+            with db.begin() as connection:
+                hashkeys.ensure(connection, dataset.company_id)
     with db.read_connection() as connection:
         compiled = datasets.compiled(
             connection,

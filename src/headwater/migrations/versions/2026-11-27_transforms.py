@@ -49,12 +49,19 @@ def upgrade() -> None:
         "dedupe_keys",
         sa.Column("company_id", sa.Uuid(), nullable=False),
         sa.Column("dataset_pk", sa.Uuid(), nullable=False),
-        sa.Column("digest", sa.LargeBinary(32), nullable=False),
+        sa.Column("digest", sa.LargeBinary(16), nullable=False),
         sa.Column("seen_at", headwater.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("transaction_id", sa.Uuid(), nullable=False),
+        sa.Column("staged_by", sa.Uuid(), nullable=True),
         sa.PrimaryKeyConstraint("company_id", "dataset_pk", "digest", name=op.f("pk_dedupe_keys")),
     )
-    op.create_index("ix_dedupe_keys_transaction_id", "dedupe_keys", ["transaction_id", "digest"])
+    # partial: a push's claims (staged_by NULL) add no entry here
+    op.create_index(
+        "ix_dedupe_keys_staged",
+        "dedupe_keys",
+        ["staged_by", "digest"],
+        postgresql_where=sa.text("staged_by IS NOT NULL"),
+        sqlite_where=sa.text("staged_by IS NOT NULL"),
+    )
     op.create_index("ix_dedupe_keys_seen_at", "dedupe_keys", ["seen_at"])
     # server defaults: PostgreSQL adds these without rewriting the tables
     with op.batch_alter_table("datasets") as batch:
@@ -76,7 +83,7 @@ def downgrade() -> None:
     with op.batch_alter_table("datasets") as batch:
         batch.drop_column("transform_version")
     op.drop_index("ix_dedupe_keys_seen_at", "dedupe_keys")
-    op.drop_index("ix_dedupe_keys_transaction_id", "dedupe_keys")
+    op.drop_index("ix_dedupe_keys_staged", "dedupe_keys")
     op.drop_table("dedupe_keys")
     op.drop_table("company_hash_keys")
     op.drop_table("dataset_transforms")
