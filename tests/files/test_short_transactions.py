@@ -356,3 +356,45 @@ def test_on_postgresql_a_file_of_one_batch_is_stored_and_shown_in_one_transactio
             .all()
         )
     assert len(xmins) == 2 and xmins[0] == xmins[1], xmins
+
+
+@pytest.mark.parametrize("step", ["staged", "end"])
+def test_a_killed_workers_dedupe_claims_go_with_its_staged_records(
+    file_tenant: FileTenant,
+    settings: Settings,
+    make_client: Callable[..., TestClient],
+    step: str,
+) -> None:
+    """The dataset dedupes on `order_id` (every row's is new). A worker killed after it
+    staged batches had claimed their keys; the run that takes the job over finds none of
+    its rows a duplicate of the dead run's hidden ones: every row is stored."""
+    steps = {"steps": [{"op": "dedupe", "keys": ["/order_id"]}]}
+    response = file_tenant.client.put(
+        f"/admin/v1/clients/{file_tenant.client_id}/datasets/orders/transforms",
+        json=steps,
+        headers=file_tenant.admin,
+    )
+    assert response.status_code == 200, response.text
+    run_worker(file_tenant.client)
+    rows = 9_000
+    transaction_id = uploaded(file_tenant, rows)
+    env = process_env(
+        same_database(settings.data_dir, settings.database_url)
+        | {"HEADWATER_FILE_BATCH_ROWS": "1000", "HEADWATER_LOG_LEVEL": "WARNING"}
+    )
+    doomed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT, step], env=env, capture_output=True, timeout=120
+    )
+    assert doomed.returncode == -signal.SIGKILL, doomed.stderr.decode()
+    fresh = make_client(file_job_stale_seconds=0.2)
+    deadline = time.monotonic() + 30
+    while not run_worker(fresh):
+        assert time.monotonic() < deadline, "the job was never taken over"
+        time.sleep(0.2)
+    done = file_tenant.transaction(transaction_id)
+    assert (done["status"], done["records_accepted"], done["records_duplicates"]) == (
+        "completed",
+        rows,
+        0,
+    )
+    assert shown(file_tenant, transaction_id) == (rows, rows)
