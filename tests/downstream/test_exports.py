@@ -554,3 +554,35 @@ def test_an_attempt_that_fails_mid_file_leaves_nothing_and_the_next_completes(
     done = read(feed_tenant, queued["export_id"])
     assert done["status"] == "completed" and done["record_count"] == 50
     assert pq.read_table(io.BytesIO(fetch(feed_tenant.client, done["download_url"]))).num_rows == 50
+
+
+def test_the_feed_and_every_export_format_name_the_transform_version(
+    feed_tenant: FeedTenant,
+) -> None:
+    """A record stored before the dataset had steps names none; one stored through
+    version 1 names it, with the steps' output, in the feed and in each format."""
+    feed_tenant.push_orders(1)
+    response = feed_tenant.client.put(
+        f"/admin/v1/clients/{feed_tenant.client_id}/datasets/orders/transforms",
+        json={"steps": [{"op": "mask", "path": "/order_id", "keep_last": 1}]},
+        headers=feed_tenant.admin,
+    )
+    assert response.status_code == 200, response.text
+    feed_tenant.push_orders(2)
+    fed, _ = feed_tenant.follow()
+    assert [(r["data"]["order_id"], r["transform_version"]) for r in fed] == [
+        ("A-1", None),
+        ("**2", 1),
+    ]
+    _, body = export(feed_tenant, format="ndjson")
+    lines = [orjson.loads(line) for line in body.splitlines()]
+    assert {line["data"]["order_id"]: line["transform_version"] for line in lines} == {
+        "A-1": None,
+        "**2": 1,
+    }
+    _, body = export(feed_tenant)
+    table = pq.read_table(io.BytesIO(body)).to_pylist()
+    assert {row["order_id"]: row["transform_version"] for row in table} == {"A-1": None, "**2": 1}
+    _, body = export(feed_tenant, format="csv")
+    rows = list(csv.DictReader(io.StringIO(body.decode())))
+    assert {row["order_id"]: row["transform_version"] for row in rows} == {"A-1": "", "**2": "1"}
