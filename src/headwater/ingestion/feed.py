@@ -216,7 +216,8 @@ def record_json(
     )
 
 
-def _json(row: Any) -> str:
+def row_json(row: Any) -> str:
+    """`record_json` of a row holding a record's columns (its data as JSON text)."""
     return record_json(
         row.record_id,
         row.transaction_id,
@@ -254,7 +255,7 @@ def _chunks(
     for row in connection.execute(picked.order_by(literal_column("seq"))):
         grouped.setdefault(row.transaction_id, []).append(row)
     return [
-        Chunk(key, len(rows), rows[-1].seq, ",".join(_json(row) for row in rows))
+        Chunk(key, len(rows), rows[-1].seq, ",".join(row_json(row) for row in rows))
         for key, rows in grouped.items()
     ]
 

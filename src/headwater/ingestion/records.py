@@ -18,7 +18,6 @@ from headwater.ingestion import datasets, feed, staging
 from headwater.ingestion.models import Record
 from headwater.ingestion.repository import count_records, field_equals
 from headwater.ingestion.schemas import RecordQuery, RecordRead
-from headwater.kit.clock import iso_ms
 
 STREAM_BATCH = 1000
 
@@ -68,14 +67,7 @@ def list_records(
 
 def _line(row: Any) -> bytes:
     """A record as an NDJSON line: `RecordRead`'s JSON text, its data as stored."""
-    return feed.record_json(
-        row.record_id,
-        row.transaction_id,
-        row.schema_version,
-        row.transform_version,
-        iso_ms(row.ingested_at),
-        row.data,
-    ).encode()
+    return feed.row_json(row).encode()
 
 
 def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Iterator[bytes]:
