@@ -197,6 +197,27 @@ sys.exit(3)  # never reached: the process died at its step
 """
 
 
+def kill_at(step: str, settings: Settings) -> None:
+    """Run a worker that kills itself at `step` (`KILLED_AT`) on the tests' database."""
+    env = process_env(
+        same_database(settings.data_dir, settings.database_url)
+        | {"HEADWATER_FILE_BATCH_ROWS": "1000", "HEADWATER_LOG_LEVEL": "WARNING"}
+    )
+    doomed = subprocess.run(
+        [sys.executable, "-c", KILLED_AT, step], env=env, capture_output=True, timeout=120
+    )
+    assert doomed.returncode == -signal.SIGKILL, doomed.stderr.decode()
+
+
+def take_over(make_client: Callable[..., TestClient]) -> None:
+    """A fresh worker runs the dead one's job once its claim is stale."""
+    fresh = make_client(file_job_stale_seconds=0.2)
+    deadline = time.monotonic() + 30
+    while not run_worker(fresh):
+        assert time.monotonic() < deadline, "the job was never taken over"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("step", ["read", "stage", "staged", "end", "ended"])
 def test_a_worker_killed_at_any_step_shows_nothing_or_everything_once(
     file_tenant: FileTenant,
@@ -212,25 +233,14 @@ def test_a_worker_killed_at_any_step_shows_nothing_or_everything_once(
     run_worker(file_tenant.client)  # an empty queue to start from
     rows = 9_000
     transaction_id = uploaded(file_tenant, rows)
-    env = process_env(
-        same_database(settings.data_dir, settings.database_url)
-        | {"HEADWATER_FILE_BATCH_ROWS": "1000", "HEADWATER_LOG_LEVEL": "WARNING"}
-    )
-    doomed = subprocess.run(
-        [sys.executable, "-c", KILLED_AT, step], env=env, capture_output=True, timeout=120
-    )
-    assert doomed.returncode == -signal.SIGKILL, doomed.stderr.decode()
+    kill_at(step, settings)
     if step == "ended":
         assert file_tenant.transaction(transaction_id)["status"] == "completed"
     else:
         assert file_tenant.transaction(transaction_id)["status"] == "processing"
         assert shown(file_tenant, transaction_id) == (0, 0)
         assert (stored(runtime, transaction_id)[0] > 0) == (step in ("staged", "end"))
-        fresh = make_client(file_job_stale_seconds=0.2)
-        deadline = time.monotonic() + 30
-        while not run_worker(fresh):  # once the dead worker's claim is stale
-            assert time.monotonic() < deadline, "the job was never taken over"
-            time.sleep(0.2)
+        take_over(make_client)
         assert job_of(runtime, transaction_id) == ("done", 2, "test-worker")
     done = file_tenant.transaction(transaction_id)
     assert (done["status"], done["records_accepted"]) == ("completed", rows)
@@ -378,19 +388,8 @@ def test_a_killed_workers_dedupe_claims_go_with_its_staged_records(
     run_worker(file_tenant.client)
     rows = 9_000
     transaction_id = uploaded(file_tenant, rows)
-    env = process_env(
-        same_database(settings.data_dir, settings.database_url)
-        | {"HEADWATER_FILE_BATCH_ROWS": "1000", "HEADWATER_LOG_LEVEL": "WARNING"}
-    )
-    doomed = subprocess.run(
-        [sys.executable, "-c", KILLED_AT, step], env=env, capture_output=True, timeout=120
-    )
-    assert doomed.returncode == -signal.SIGKILL, doomed.stderr.decode()
-    fresh = make_client(file_job_stale_seconds=0.2)
-    deadline = time.monotonic() + 30
-    while not run_worker(fresh):
-        assert time.monotonic() < deadline, "the job was never taken over"
-        time.sleep(0.2)
+    kill_at(step, settings)
+    take_over(make_client)
     done = file_tenant.transaction(transaction_id)
     assert (done["status"], done["records_accepted"], done["records_duplicates"]) == (
         "completed",
