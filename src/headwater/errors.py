@@ -191,6 +191,32 @@ class DatabaseUnavailable(ServiceUnavailable):
         )
 
 
+class DatabaseBusy(ServiceUnavailable):
+    """The request's database transaction met another's and was ended (a deadlock, a
+    serialization failure, a lock not granted): nothing of it was kept, and the same
+    request may be sent again at once."""
+
+    code = "database_busy"
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(
+            f"The request met another's writes ({kind}) and nothing of it was kept; "
+            "send it again.",
+            headers={"Retry-After": "1"},
+        )
+
+
+# PostgreSQL's SQLSTATEs of a transaction ended for another's sake
+CONFLICTS = {"40P01": "deadlock", "40001": "serialization failure", "55P03": "lock not available"}
+
+
+def conflict_of(exc: BaseException) -> str | None:
+    """What kind of conflict with another transaction ended this one, if one did."""
+    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+        return None
+    return CONFLICTS.get(getattr(exc.orig, "sqlstate", None) or "")
+
+
 def problem_body(
     *,
     status: int,

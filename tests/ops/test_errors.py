@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterator
+from typing import cast
 
+import orjson
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from starlette.requests import Request
 from starlette.testclient import TestClient
 
+from headwater.config import Settings
+from headwater.db import Database
+from headwater.web.problems import handle_unexpected
 from tests.factories import assert_problem
 
 
@@ -74,3 +85,34 @@ def test_unsafe_request_id_is_replaced(client: TestClient) -> None:
     response = client.get("/healthz", headers={"X-Request-ID": "bad id<script>"})
     assert "<" not in response.headers["x-request-id"]
     assert len(response.headers["x-request-id"]) == 32
+
+
+def test_a_transaction_ended_for_anothers_sake_is_503_busy_not_unreachable(
+    settings: Settings, backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lock not granted (PostgreSQL's 55P03, as a deadlock's 40P01) is told apart from
+    a database that cannot be reached: 503 `database_busy`, retry at once, logged as the
+    conflict it was."""
+    if backend != "postgresql":
+        pytest.skip("lock_timeout is PostgreSQL's")
+    db = Database(settings)
+    error: BaseException | None = None
+    try:
+        with db.begin() as first:
+            first.execute(text("SELECT pg_advisory_xact_lock(4242)"))
+            with db.begin() as second:
+                second.execute(text("SET LOCAL lock_timeout = '20ms'"))
+                try:
+                    second.execute(text("SELECT pg_advisory_xact_lock(4242)"))
+                except DBAPIError as exc:
+                    error = exc
+    finally:
+        db.dispose()
+    assert error is not None, "the second transaction waited past its lock_timeout"
+    with caplog.at_level(logging.WARNING, logger="headwater.errors"):
+        response = asyncio.run(handle_unexpected(cast(Request, None), cast(Exception, error)))
+    body = orjson.loads(bytes(response.body))
+    assert (response.status_code, body["code"]) == (503, "database_busy")
+    assert response.headers["Retry-After"] == "1"
+    assert "lock not available" in caplog.text
+    assert "unreachable" not in caplog.text

@@ -16,10 +16,12 @@ from starlette.routing import Match
 from headwater.errors import (
     STATUS_ERRORS,
     BadRequest,
+    DatabaseBusy,
     DatabaseUnavailable,
     DomainError,
     InvalidParameter,
     MalformedJSON,
+    conflict_of,
     is_unreachable,
     problem_body,
 )
@@ -107,6 +109,10 @@ async def handle_request_validation(_request: Request, exc: Exception) -> Respon
 
 
 async def handle_unexpected(_request: Request, exc: Exception) -> Response:
+    conflict = conflict_of(exc)
+    if conflict is not None:  # not the database gone: a transaction ended for another's
+        log.warning("database conflict: %s", conflict)
+        return error_response(DatabaseBusy(conflict))
     if is_unreachable(exc):
         log.warning("database unreachable: %s", type(exc).__name__)
         return error_response(DatabaseUnavailable())
