@@ -176,7 +176,14 @@ def test_a_reply_when_all_are_final(
 ) -> None:
     sink, relay_port = relay
     server = make_smtp(smtp_relay_url=f"smtp://127.0.0.1:{relay_port}")
-    good = (CSV_HEADER + csv_rows(4)).encode()
+    steps = [{"op": "dedupe", "keys": ["/order_id"]}]  # the reply counts what it kept out
+    response = mail_tenant.client.put(
+        f"/admin/v1/clients/{mail_tenant.client_id}/datasets/orders/transforms",
+        json={"steps": steps},
+        headers=mail_tenant.admin,
+    )
+    assert response.status_code == 200, response.text
+    good = (CSV_HEADER + csv_rows(4) + csv_rows(1, start=1)).encode()
     bad = (CSV_HEADER + "Z-1,z@example.com,not-a-number,1,true,\n").encode()
     send(
         server.port,
@@ -210,6 +217,7 @@ def test_a_reply_when_all_are_final(
     text = reply.get_content()
     assert "good.csv: completed" in text and "bad.csv: rejected" in text
     assert "line 2" in text and "notes.pdf: ignored" in text
+    assert "5 records: 4 accepted, 0 rejected, 0 errors; 0 filtered, 1 duplicates" in text
 
 
 def _due_now(runtime: Any, inbox: dict[str, Any]) -> None:
