@@ -360,8 +360,8 @@ class Steps:
 
     def __init__(self, version: int, steps: Sequence[dict[str, Any]], key: bytes) -> None:
         self.version = version
-        self._key = key
-        self._keyed = hmac.new(key, digestmod=hashlib.sha256)  # copied for each digest
+        # keyed once; copied for each value hashed and each digest
+        self._keyed = hmac.new(key, digestmod=hashlib.sha256)
         self.dedupe: Dedupe | None = None
         self._ops: list[Op] = []
         for step in steps:
@@ -392,7 +392,7 @@ class Steps:
             return _string_op(tokens, lambda value: value[:limit])
         if op == "mask":
             return _string_op(tokens, _mask(step.get("keep_last", 4), step.get("char", "*")))
-        keyed = hmac.new(self._key, digestmod=hashlib.sha256)  # copied for each value
+        keyed = self._keyed
         if step.get("lowercase", False):
             return _string_op(tokens, lambda value: _hmac(keyed, value.lower()))
         return _string_op(tokens, lambda value: _hmac(keyed, value))
