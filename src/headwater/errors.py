@@ -200,8 +200,7 @@ class DatabaseBusy(ServiceUnavailable):
 
     def __init__(self, kind: str) -> None:
         super().__init__(
-            f"The request met another's writes ({kind}) and nothing of it was kept; "
-            "send it again.",
+            f"The request met another's writes ({kind}) and nothing of it was kept; send it again.",
             headers={"Retry-After": "1"},
         )
 

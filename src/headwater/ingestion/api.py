@@ -164,7 +164,6 @@ class FileTarget:
     def batch(self, kept: Kept, transaction_id: uuid.UUID | None = None) -> sinks.RecordBatch:
         """Records kept by the steps, as a sink stores them (under the target's
         transaction, or `transaction_id`)."""
-        steps = self.check.steps
         return sinks.RecordBatch(
             records=kept.records,
             company_id=self.company_id,
@@ -174,7 +173,7 @@ class FileTarget:
             ingested_at=self.ingested_at,
             transform_version=self.check.transform_version,
             digests=kept.digests,
-            window=None if steps is None or steps.dedupe is None else steps.dedupe.window,
+            window=kept.window,
         )
 
 

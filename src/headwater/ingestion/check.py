@@ -18,7 +18,8 @@ digest for the write to claim (`ingestion.dedupe`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from headwater.ingestion import validation
@@ -117,18 +118,25 @@ class Kept:
 
     records: list[Any]
     digests: list[bytes | None] | None = None
+    window: timedelta | None = None  # the dedupe step's, with `digests`
     filtered: int = 0
     duplicates: int = 0
     # the JSON text of each record kept, where known (none after steps changed them)
-    texts: list[str | None] | None = field(default=None)
+    texts: list[str | None] | None = None
 
 
 def transform(check: Compiled, records: Sequence[Any], texts: Any = None) -> Kept:
-    """Run the dataset's steps on valid records, in order (they are changed in place)."""
+    """Run the dataset's steps on valid records, in order; the outputs are copies (the
+    records given are left as they were)."""
     steps = check.steps
     if steps is None:
         return Kept(records=list(records), texts=texts)
-    kept = Kept(records=[], digests=[] if steps.dedupe is not None else None)
+    dedupe = steps.dedupe
+    kept = Kept(
+        records=[],
+        digests=None if dedupe is None else [],
+        window=None if dedupe is None else dedupe.window,
+    )
     seen: set[bytes] = set()
     for record in records:
         output, digest = steps.run(record)

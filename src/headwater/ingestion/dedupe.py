@@ -7,8 +7,10 @@ the claim there is older than the window RETURNING digest`. A digest that comes 
 new (or its last record is out of the window), and the record is stored; one that does
 not is a duplicate. Two transactions claiming one digest at once: on PostgreSQL the
 second waits for the first's row and finds it when the first commits (or takes it if
-the first rolls back); SQLite has one writer. Claims are made in digest order, so two
-writes never wait on each other's rows in opposite order.
+the first rolls back); SQLite has one writer. Claims are made in dataset and digest
+order, so two writes seldom wait on each other's rows in opposite order (PostgreSQL ends
+such a deadlock; a group is then written again push by push, a single push answers 503
+`database_busy`).
 
 A file's claims are made as its batches are staged, and released with its records if
 the file is discarded (`release`).
@@ -52,8 +54,9 @@ class Claims:
     def of(cls, batches: Sequence[RecordBatch], *, staged: bool = False) -> Claims:
         groups: dict[Group, tuple[set[bytes], datetime]] = {}
         for batch in batches:
-            if batch.digests is None or batch.window is None:
+            if not batch.claims:
                 continue
+            assert batch.digests is not None and batch.window is not None
             key = (
                 batch.company_id,
                 batch.dataset_pk,
@@ -125,9 +128,10 @@ class Claims:
         out: list[RecordBatch] = []
         lost: dict[uuid.UUID, int] = {}
         for batch in batches:
-            if batch.digests is None or batch.window is None:
+            if not batch.claims:
                 out.append(batch)
                 continue
+            assert batch.digests is not None
             records = []
             for record, digest in zip(batch.records, batch.digests, strict=True):
                 if digest is None:

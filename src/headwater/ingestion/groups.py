@@ -129,7 +129,7 @@ class PushQueue:
                 outcomes = await self._sink.write_group(
                     connection,
                     service.group_pairs(pushes),
-                    lambda rows: service.decide_on_loop(pushes, rows),
+                    lambda rows: service.decide_group(pushes, rows, service.cached_compiled),
                     service.claim_on_loop,
                 )
             except BaseException:

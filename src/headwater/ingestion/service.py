@@ -276,7 +276,6 @@ def _check(
     )
     if error_count:
         return _Checked(transaction, None)
-    steps = target.compiled.steps
     batch = RecordBatch(
         records=kept.records,
         company_id=transaction["company_id"],
@@ -287,7 +286,7 @@ def _check(
         texts=kept.texts,
         transform_version=target.compiled.transform_version,
         digests=kept.digests,
-        window=None if steps is None or steps.dedupe is None else steps.dedupe.window,
+        window=kept.window,
     )
     return _Checked(transaction, batch)
 
@@ -327,7 +326,7 @@ async def claim_on_loop(
 def claims(batches: Sequence[RecordBatch]) -> bool:
     """Whether a write of these batches claims dedupe digests: it is then a database
     transaction (`Database.begin`), never one statement in autocommit."""
-    return any(batch.digests is not None for batch in batches)
+    return any(batch.claims for batch in batches)
 
 
 def _rows(pushes: Sequence[_Checked]) -> tuple[list[dict[str, Any]], list[RecordBatch]]:
@@ -496,14 +495,6 @@ def cached_compiled(row: Any) -> datasets.Compiled | None:
         coerce=None,
         transform_version=row.transform_version,
     )
-
-
-def decide_on_loop(
-    pushes: Sequence[SmallPush], rows: dict[tuple[str, str], Any]
-) -> sinks.Decision | None:
-    """`decide_group` for a write on the event loop: None where a schema is not compiled
-    yet (compiling reads), which leaves the group to `push_group` on a thread."""
-    return decide_group(pushes, rows, cached_compiled)
 
 
 def purge_idempotency_keys(session: Session, *, older_than: timedelta) -> int:

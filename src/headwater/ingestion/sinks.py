@@ -50,6 +50,11 @@ class RecordBatch:
     digests: Sequence[bytes | None] | None = None
     window: timedelta | None = None
 
+    @property
+    def claims(self) -> bool:
+        """Whether its write claims dedupe digests (`ingestion.dedupe`) first."""
+        return self.digests is not None and self.window is not None
+
     def json_texts(self) -> list[str]:
         """Each record's JSON text, in order."""
         if self.texts is None:
@@ -378,7 +383,7 @@ class PostgresSink:
             outcomes, transactions, batches = decision
             if not transactions:
                 return outcomes
-            if any(batch.digests is not None for batch in batches):
+            if any(batch.claims for batch in batches):
                 if claim is None:
                     return None
                 async with connection.transaction():
