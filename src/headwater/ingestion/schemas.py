@@ -356,7 +356,9 @@ class TransformsUpdate(Input):
 class TransformsRead(Output):
     version: int = Field(description="From 1; 0 before any steps were set.", examples=[1])
     steps: list[dict[str, Any]] = Field(examples=[EXAMPLE_STEPS])
-    created_at: Timestamp | None = Field(description="Null for version 0.")
+    created_at: Timestamp | None = Field(
+        description="Null for version 0.", examples=["2026-11-27T18:00:00.000Z"]
+    )
 
 
 class PreviewRequest(Input):
@@ -373,15 +375,34 @@ class PreviewRequest(Input):
     )
 
 
+PREVIEW_STORED: dict[str, Any] = {
+    "outcome": "stored",
+    "output": {"order_id": "A-1", "amount": 12.5, "customer": {"email": "9f86d0...e5c1"}},
+    "errors": [],
+}
+PREVIEW_INVALID: dict[str, Any] = {
+    "outcome": "invalid",
+    "output": None,
+    "errors": [{"path": "/amount", "keyword": "type", "message": "'x' is not of type 'number'"}],
+}
+
+
 class PreviewResult(Output):
-    outcome: Literal["stored", "filtered", "duplicate", "invalid"]
+    outcome: Literal["stored", "filtered", "duplicate", "invalid"] = Field(
+        description="What a push of the record would do now.", examples=["stored"]
+    )
     output: dict[str, Any] | None = Field(
-        description="The record as it would be stored (null unless `stored`)."
+        description="The record as it would be stored (null unless `stored`).",
+        examples=[PREVIEW_STORED["output"]],
     )
     errors: list[dict[str, Any]] = Field(
-        description="Why the record is invalid: `{path, keyword, message}` as a push answers them."
+        description="Why the record is invalid: `{path, keyword, message}` as a push answers them.",
+        examples=[PREVIEW_INVALID["errors"]],
     )
 
 
 class PreviewRead(Output):
-    results: list[PreviewResult]
+    results: list[PreviewResult] = Field(
+        description="One a record, in the records' order.",
+        examples=[[PREVIEW_STORED, PREVIEW_INVALID]],
+    )

@@ -80,6 +80,7 @@ def get_transform_version(
     session: ReadSessionDep,
     _: Admin,
 ) -> object:
+    """One version of the dataset's steps, as it was stored (versions are never changed)."""
     return json_response(
         transform_service.version(
             session, client_id=client_id, dataset_id=dataset_id, number=version
