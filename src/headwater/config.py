@@ -142,6 +142,13 @@ class Settings(BaseSettings):
     # rows a Parquet row group holds (the export's memory grows with it, not the dataset)
     export_row_group_rows: int = Field(65536, ge=1000, le=1_000_000)
 
+    # data subjects (contract section 17)
+    erasure_workers: int = Field(1, ge=0, le=8)  # erasures run at once per worker process
+    erasure_job_stale_seconds: float = Field(120.0, gt=0)
+    erasure_max_attempts: int = Field(5, ge=1)
+    # a final transaction's raw file is removed this many days after it ended
+    raw_file_retention_days: int = Field(30, ge=1, le=3650)
+
     auto_migrate: bool = True
     worker_enabled: bool = True
     worker_interval_seconds: float = Field(30.0, gt=0)

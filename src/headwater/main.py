@@ -33,6 +33,7 @@ from headwater.ops.middleware import BodyLimitMiddleware, ObservabilityMiddlewar
 from headwater.ops.openapi import build_openapi
 from headwater.runtime import build_runtime, start
 from headwater.sftp import router as sftp_router
+from headwater.subjects import router as subjects_router
 from headwater.web import problems
 from headwater.webhooks import router as webhooks_router
 from headwater.workflows import router as workflows_router
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(inbox_router.router)
     app.include_router(webhooks_router.router)
     app.include_router(exports_router.router)
+    app.include_router(subjects_router.router)
     app.include_router(files_router.uploads)
     app.include_router(exports_router.downloads)
     app.include_router(files_router.hooks)

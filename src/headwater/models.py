@@ -13,5 +13,6 @@ def load_all() -> None:
     import headwater.ingestion.models
     import headwater.scheduler
     import headwater.sftp.models
+    import headwater.subjects.models
     import headwater.webhooks.models
     import headwater.workflows.models  # noqa: F401

@@ -47,6 +47,8 @@ class Runtime:
     files_queued: asyncio.Event = field(default_factory=asyncio.Event)
     # Set when an export is queued, so an in-process worker starts at once.
     exports_queued: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when an erasure is queued, so an in-process worker starts at once.
+    erasures_queued: asyncio.Event = field(default_factory=asyncio.Event)
     # Wakes record feed requests waiting on a (client_id, dataset_id) when this process
     # commits records there.
     commits: Signals = field(default_factory=Signals)

@@ -286,6 +286,10 @@ def start_jobs(runtime: Runtime, stop: asyncio.Event, *, file_workers: int) -> l
             asyncio.create_task(run_exports_forever(runtime, stop, slot))
             for slot in range(runtime.settings.export_workers)
         ]
+        + [
+            asyncio.create_task(run_erasures_forever(runtime, stop, slot))
+            for slot in range(runtime.settings.erasure_workers)
+        ]
     )
 
 
@@ -296,6 +300,7 @@ async def stop_jobs(runtime: Runtime, stop: asyncio.Event, tasks: list[Task[None
     stop.set()
     runtime.files_queued.set()
     runtime.exports_queued.set()
+    runtime.erasures_queued.set()
     if tasks:
         await asyncio.wait(tasks, timeout=runtime.settings.shutdown_timeout_seconds)
 
@@ -435,3 +440,33 @@ async def run_exports_forever(runtime: Runtime, stop: asyncio.Event, slot: int =
     asked of this process (at once) or for the poll interval (those of other processes)."""
     worker = f"{socket.gethostname()}:{os.getpid()}:export-{slot}"
     await _drain_forever(runtime, stop, export_one, worker, runtime.exports_queued, "export")
+
+
+def erase_one(runtime: Runtime, worker: str, stop: threading.Event | None = None) -> bool:
+    """Claim and run one erasure; False when the queue is empty. Once `stop` is set, an
+    erasure in progress is handed back at its next step (it goes on elsewhere)."""
+    from headwater.subjects import runner
+    from headwater.subjects import service as subjects
+
+    settings = runtime.settings
+    return _attempt(
+        "erasure",
+        subjects.claim_next(
+            runtime.db,
+            worker=worker,
+            stale=timedelta(seconds=settings.erasure_job_stale_seconds),
+            max_attempts=settings.erasure_max_attempts,
+        ),
+        lambda erasure_id: runner.run(
+            runtime.db, runtime.store, erasure_id, worker=worker, stop=stop
+        ),
+        lambda erasure_id, **how: subjects.release(runtime.db, erasure_id, worker=worker, **how),
+        runner.Interrupted,
+    )
+
+
+async def run_erasures_forever(runtime: Runtime, stop: asyncio.Event, slot: int = 0) -> None:
+    """Run erasures one after another until `stop`; between them, wait for an erasure
+    asked of this process (at once) or for the poll interval (those of other processes)."""
+    worker = f"{socket.gethostname()}:{os.getpid()}:erasure-{slot}"
+    await _drain_forever(runtime, stop, erase_one, worker, runtime.erasures_queued, "erasure")

@@ -41,6 +41,8 @@ def test_transaction_details(data_tenant: DataTenant) -> None:
         "records_rejected": 0,
         "records_filtered": 0,
         "records_duplicates": 0,
+        "records_suppressed": 0,
+        "file_erased": False,
         "transform_version": None,
         "error_count": 0,
         "errors": [],

@@ -25,6 +25,7 @@ DOMAINS = (
     "inbox",
     "exports",
     "webhooks",
+    "subjects",
 )
 # the protocol adapters: HTTP routers and their dependencies, the SFTP and SMTP servers
 ROUTERS = ("router.py", "token_router.py", "transform_router.py", "server.py", "deps.py")
@@ -45,6 +46,8 @@ OWNED = {
         "DatasetTransform",
         "CompanyHashKey",
         "DedupeKey",
+        "RecordTombstone",
+        "Suppression",
     },
     "events": {"Event", "EventHead", "EventHorizon"},
     "files": {"FileJob", "FileUpload", "QuarantinedRow"},
@@ -54,6 +57,7 @@ OWNED = {
     "workflows": {"WorkflowCategory", "WorkflowTemplate", "Workflow", "WorkflowTask"},
     "activity": {"ActivityEntry", "ActivityHead"},
     "webhooks": {"WebhookEndpoint", "WebhookDelivery", "WebhookAttempt"},
+    "subjects": {"Erasure", "ErasureItem"},
 }
 SQL_TABLES = {
     "identity": ("companies", "ingestion_clients", "credentials", "token_issuer", "signing_keys"),
@@ -69,6 +73,8 @@ SQL_TABLES = {
         "dataset_transforms",
         "company_hash_keys",
         "dedupe_keys",
+        "record_tombstones",
+        "suppressions",
     ),
     "events": ("events", "event_heads", "event_horizons"),
     "files": ("file_jobs", "file_uploads", "quarantined_rows"),
@@ -78,6 +84,7 @@ SQL_TABLES = {
     "workflows": ("workflow_categories", "workflow_templates", "workflows", "workflow_tasks"),
     "activity": ("activity_entries", "activity_heads"),
     "webhooks": ("webhook_endpoints", "webhook_deliveries", "webhook_attempts"),
+    "subjects": ("erasures", "erasure_items"),
 }
 MODELS = {name for names in OWNED.values() for name in names}
 

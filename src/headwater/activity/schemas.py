@@ -20,6 +20,8 @@ ResourceType = Literal[
     "dataset",
     "dataset_schema",
     "dataset_transforms",
+    "erasure",
+    "suppression",
 ]
 Action = Literal["create", "update", "delete"]
 SortField = Literal["timestamp", "resource_type", "action"]

@@ -23,6 +23,7 @@ EventType = Literal[
     "export.completed",
     "export.failed",
     "webhook_endpoint.disabled",
+    "erasure.completed",
 ]
 TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
 

@@ -12,13 +12,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import structlog
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from headwater import jobs
 from headwater.db import Database
 from headwater.exports import columns, metrics, reading, writing
 from headwater.exports.models import Export
-from headwater.exports.service import COMPLETED, QUEUE, RUNNING, Interrupted, JobSettings, event
+from headwater.exports.service import (
+    COMPLETED,
+    ERASED,
+    QUEUE,
+    RUNNING,
+    Interrupted,
+    JobSettings,
+    event,
+)
 from headwater.files.stores import Store
 from headwater.ingestion import datasets
 from headwater.kit.clock import utcnow_ms
@@ -105,6 +113,10 @@ def run(
         ).rowcount
         if done:
             event(connection, export_id, "export.completed")
+        erased = not done and connection.scalar(select(Export.status).where(Export.id == export_id))
+    if erased == ERASED:  # an erasure removed records it may hold, while it ran
+        store.delete(export.object_key)
+        return
     seconds = time.monotonic() - started
     metrics.SECONDS.labels(export.format).observe(seconds)
     metrics.BYTES.labels(export.format).observe(out.size)

@@ -14,7 +14,7 @@ from headwater.kit.pagination import PageQuery
 from headwater.kit.schemas import Input, Output
 
 ExportFormat = Literal["parquet", "ndjson", "csv"]
-ExportStatus = Literal["queued", "running", "completed", "failed"]
+ExportStatus = Literal["queued", "running", "completed", "failed", "erased"]
 CsvFormulas = Literal["escape", "as_sent"]
 CSV_FORMULAS_DOC = (
     "CSV only: `escape` (the default) writes a text cell that begins with `=`, `+`, `-`, "

@@ -30,6 +30,7 @@ from headwater.kit.pagination import paginate
 log = structlog.get_logger("headwater.exports")
 
 QUEUED, RUNNING, COMPLETED, FAILED = "queued", "running", "completed", "failed"
+ERASED = "erased"  # it held a record an erasure removed: its file is gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,3 +256,51 @@ def purge(db: Database, store: Store, *, batch: int = 100) -> int:
 def known_exports(session: Session, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Which of these ids are exports' (an export's file)."""
     return set(session.scalars(select(Export.id).where(Export.id.in_(list(ids)))))
+
+
+# --- erasures (contract section 17) ---------------------------------------------------------
+
+
+def holding(connection: Connection, removed: Sequence[tuple[uuid.UUID, datetime]]) -> list[Any]:
+    """The exports (id, object_key, bucket) that hold, or are being written with, a
+    record of these (dataset, ingested_at): completed or running, their bounds around
+    it, not completed before it."""
+    times: dict[uuid.UUID, list[datetime]] = {}
+    for dataset_pk, ingested_at in removed:
+        times.setdefault(dataset_pk, []).append(ingested_at)
+    found = []
+    for dataset_pk, moments in times.items():
+        rows = connection.execute(
+            select(
+                Export.id,
+                Export.object_key,
+                Export.bucket,
+                Export.ingested_after,
+                Export.ingested_before,
+                Export.completed_at,
+            ).where(Export.dataset_pk == dataset_pk, Export.status.in_([COMPLETED, RUNNING]))
+        ).all()
+        found += [
+            row
+            for row in rows
+            if any(
+                (row.ingested_after is None or row.ingested_after <= moment)
+                and (row.ingested_before is None or moment < row.ingested_before)
+                and (row.completed_at is None or moment <= row.completed_at)
+                for moment in moments
+            )
+        ]
+    return found
+
+
+def mark_erased(connection: Connection, export_ids: Sequence[uuid.UUID]) -> int:
+    """The exports (completed or running) held erased records: `erased`, with no
+    download; how many changed (their files are the caller's to delete, first)."""
+    if not export_ids:
+        return 0
+    result = connection.execute(
+        update(Export)
+        .where(Export.id.in_(list(export_ids)), Export.status.in_([COMPLETED, RUNNING]))
+        .values(status=ERASED, available_until=None, claimed_by=None)
+    )
+    return int(result.rowcount)

@@ -87,7 +87,7 @@ class QuarantinedRow(Base):
     re-submission stores it (then `resolved_by` names the new transaction)."""
 
     __tablename__ = "quarantined_rows"
-    __table_args__ = (Index(None, "transaction_id", "seq"),)
+    __table_args__ = (Index(None, "transaction_id", "seq"), Index(None, "dataset_pk", "seq"))
 
     seq: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True

@@ -58,6 +58,7 @@ class Tally:
         self.accepted = 0  # valid and kept by the steps: handed to be stored
         self.filtered = 0
         self.duplicates = 0  # of an earlier record in the same batch
+        self.suppressed = 0  # of a subject an erasure suppressed
         self.claimed = 0  # of a stored record, found as the batch was stored (its writer's)
         self.errors = ingestion.Errors()
 
@@ -69,6 +70,7 @@ class Tally:
         self.accepted += len(kept.records)
         self.filtered += kept.filtered
         self.duplicates += kept.duplicates
+        self.suppressed += kept.suppressed
         return kept
 
     @property
@@ -81,6 +83,7 @@ class Tally:
             "records_accepted": self.stored,
             "records_filtered": self.filtered,
             "records_duplicates": self.duplicates + self.claimed,
+            "records_suppressed": self.suppressed,
             "records_rejected": self.errors.records,
             "error_count": self.errors.count,
             "errors": self.errors.listed,
@@ -499,7 +502,7 @@ class _File:
         if outcome == ingestion.Status.REJECTED:
             stager.close(commit=False)
             self.tally.accepted = self.tally.claimed = 0
-            self.tally.filtered = self.tally.duplicates = 0
+            self.tally.filtered = self.tally.duplicates = self.tally.suppressed = 0
             self.records, self.held, self.last = [], [], None
         return outcome
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+import orjson
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.orm import Session
 
 from headwater.db import Database
@@ -134,3 +137,63 @@ def resubmit(
         )
     with db.read_session() as session:
         return ingestion.transaction_read(session, caller, new_id)
+
+
+# --- erasure (contract section 17) ------------------------------------------------------------
+
+ERASE_SCAN = 1000
+
+
+def _values(row: Any) -> list[str]:
+    """A quarantined row's whole values: its JSON strings (and integers), or the cells of
+    a line that could not be read (as JSON if it is JSON, else as CSV)."""
+    if row.data is not None:
+        return list(ingestion.whole_values(row.data))
+    if not row.raw:
+        return []
+    try:
+        return list(ingestion.whole_values(orjson.loads(row.raw)))
+    except orjson.JSONDecodeError:
+        return [cell for line in csv.reader(io.StringIO(row.raw)) for cell in line]
+
+
+def erase_rows(
+    connection: Connection,
+    dataset_pk: uuid.UUID,
+    matches: Callable[[str], bool],
+    *,
+    after: int,
+    limit: int = ERASE_SCAN,
+) -> tuple[list[uuid.UUID], int | None]:
+    """Look at up to `limit` of the dataset's quarantined rows after `seq` `after` and
+    remove those in which a value `matches`: the transactions of the rows removed (one
+    a row), and the last `seq` looked at (None: there are no more)."""
+    rows = connection.execute(
+        select(
+            QuarantinedRow.seq,
+            QuarantinedRow.transaction_id,
+            QuarantinedRow.data,
+            QuarantinedRow.raw,
+        )
+        .where(QuarantinedRow.dataset_pk == dataset_pk, QuarantinedRow.seq > after)
+        .order_by(QuarantinedRow.seq)
+        .limit(limit)
+    ).all()
+    if not rows:
+        return [], None
+    hit = [row for row in rows if any(map(matches, _values(row)))]
+    if hit:
+        connection.execute(
+            delete(QuarantinedRow).where(QuarantinedRow.seq.in_([row.seq for row in hit]))
+        )
+    return [row.transaction_id for row in hit], rows[-1].seq
+
+
+def remove_of(connection: Connection, transaction_ids: Sequence[uuid.UUID]) -> int:
+    """Remove the quarantined rows of these transactions (retention); how many."""
+    if not transaction_ids:
+        return 0
+    result = connection.execute(
+        delete(QuarantinedRow).where(QuarantinedRow.transaction_id.in_(list(transaction_ids)))
+    )
+    return int(result.rowcount)

@@ -478,3 +478,19 @@ def expire_uploads(db: Database, *, grace: timedelta, limit: int = 500) -> int:
 def known_files(session: Session, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Which of these ids are uploads' (a transaction's stored file)."""
     return set(session.scalars(select(FileUpload.id).where(FileUpload.id.in_(list(ids)))))
+
+
+def stored_files(
+    connection: Connection, transaction_ids: Sequence[uuid.UUID]
+) -> list[tuple[uuid.UUID, str, str]]:
+    """The raw files of these transactions that were stored (an upload, an SFTP or an
+    email file): (transaction, bucket, object key)."""
+    if not transaction_ids:
+        return []
+    rows = connection.execute(
+        select(FileUpload.transaction_id, FileUpload.bucket, FileUpload.object_key).where(
+            FileUpload.transaction_id.in_(list(transaction_ids)),
+            FileUpload.state.in_([UPLOADED, REFUSED]),
+        )
+    )
+    return [(row.transaction_id, row.bucket, row.object_key) for row in rows]

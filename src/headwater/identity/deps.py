@@ -84,3 +84,4 @@ WorkflowsWrite = Annotated[Principal, Security(principal, scopes=["workflows:wri
 ActivitiesRead = Annotated[Principal, Security(principal, scopes=["activities:read"])]
 EventsRead = Annotated[Principal, Security(principal, scopes=["events:read"])]
 WebhooksManage = Annotated[Principal, Security(principal, scopes=["webhooks:manage"])]
+DataErase = Annotated[Principal, Security(principal, scopes=["data:erase"])]

@@ -26,6 +26,7 @@ SCOPES: dict[str, str] = {
     "activities:read": "Search the activity log.",
     "events:read": "Read the event feed.",
     "webhooks:manage": "Manage webhook endpoints, read their deliveries and replay events.",
+    "data:erase": "Erase data subjects' records everywhere, and list or lift suppressions.",
     "admin": "Operator: manage companies, clients, credentials and datasets.",
 }
 COMPANY_SCOPES = frozenset(SCOPES) - {"admin"}

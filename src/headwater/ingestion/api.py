@@ -30,13 +30,23 @@ from sqlalchemy.orm import Session
 
 from headwater.db import Database
 from headwater.identity.tokens import Principal
-from headwater.ingestion import check, datasets, dedupe, lifecycle, sinks, staging
+from headwater.ingestion import (
+    check,
+    datasets,
+    dedupe,
+    erasure,
+    hashkeys,
+    lifecycle,
+    sinks,
+    staging,
+    subjects,
+)
 from headwater.ingestion.check import Errors, Kept
 from headwater.ingestion.datasets import UsableTree, usable_tree
 from headwater.ingestion.datasets import find as find_dataset
 from headwater.ingestion.errors import DatasetNotFound, TransactionNotFound
 from headwater.ingestion.lifecycle import Channel, Status
-from headwater.ingestion.models import Dataset, Transaction
+from headwater.ingestion.models import Dataset, Suppression, Transaction
 from headwater.ingestion.schemas import DatasetId, TransactionRead
 from headwater.ingestion.transactions import (
     PENDING_STATUSES,
@@ -46,6 +56,7 @@ from headwater.ingestion.transactions import (
     visible_where,
 )
 from headwater.kit.clock import utcnow_ms
+from headwater.kit.pagination import paginate
 
 __all__ = [
     "PENDING_STATUSES",
@@ -174,6 +185,7 @@ class FileTarget:
             transform_version=self.check.transform_version,
             digests=kept.digests,
             window=kept.window,
+            subjects=kept.subjects,
         )
 
 
@@ -197,6 +209,7 @@ def file_target(
             Dataset.schema_version,
             Dataset.options,
             Dataset.transform_version.label("current_steps"),
+            Dataset.subjects_version,
         )
         .join(Dataset, Dataset.id == Transaction.dataset_pk)
         .where(Transaction.id == transaction_id, Transaction.kind == "file")
@@ -217,6 +230,7 @@ def file_target(
             options=row.options,
             coerce=True,
             transform_version=(row.current_steps if steps_now else row.transform_version) or 0,
+            subjects_version=row.subjects_version,
         ),
         ingested_at=utcnow_ms(),
     )
@@ -337,3 +351,94 @@ def file_transaction(session: Session, caller: Principal, transaction_id: uuid.U
 
 def _connection(connection: Connection | Session) -> Connection:
     return connection.connection() if isinstance(connection, Session) else connection
+
+
+# --- data subjects (contract section 17) ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectDataset:
+    """A dataset an erasure covers: it has a `subject_key`."""
+
+    dataset_pk: uuid.UUID
+    client_id: str
+    dataset_id: str
+
+
+def subject_datasets(
+    connection: Connection,
+    company_id: uuid.UUID,
+    *,
+    client_ids: Sequence[str],
+    dataset_id: str | None = None,
+) -> list[SubjectDataset]:
+    """The company's datasets with a `subject_key`, of these clients (none: every
+    client), and named `dataset_id` if given."""
+    statement = select(Dataset.id, Dataset.client_id, Dataset.dataset_id, Dataset.options).where(
+        Dataset.company_id == company_id
+    )
+    if client_ids:
+        statement = statement.where(Dataset.client_id.in_(list(client_ids)))
+    if dataset_id is not None:
+        statement = statement.where(Dataset.dataset_id == dataset_id)
+    return [
+        SubjectDataset(row.id, row.client_id, row.dataset_id)
+        for row in connection.execute(statement.order_by(Dataset.client_id, Dataset.dataset_id))
+        if row.options.get("subject_key")
+    ]
+
+
+def subject_digests(
+    connection: Connection, company_id: uuid.UUID, values: Sequence[str]
+) -> list[list[bytes]]:
+    """Each subject's digests (`subjects.digests`) under the company's hash key, which is
+    made here if the company has none yet (in the caller's transaction)."""
+    hashkeys.ensure(connection, company_id)
+    key = hashkeys.key(connection, company_id)
+    return [subjects.digests(key, [value]) for value in values]
+
+
+def subject_matcher(connection: Connection, company_id: uuid.UUID, digests: Sequence[bytes]) -> Any:
+    """A test of a whole value: whether its digest, under the company's key, is one of
+    `digests` (an erasure's, for its quarantined rows)."""
+    matcher = subjects.Subjects((), hashkeys.key(connection, company_id))
+    wanted = frozenset(digests)
+    return lambda value: matcher.digest(value) in wanted
+
+
+def _suppressions(company_id: uuid.UUID, client_ids: Sequence[str]) -> Any:
+    statement = select(Suppression).where(Suppression.company_id == company_id)
+    if client_ids:
+        statement = statement.where(
+            Suppression.client_id.is_(None) | Suppression.client_id.in_(list(client_ids))
+        )
+    return statement
+
+
+def suppressions(
+    session: Session, company_id: uuid.UUID, client_ids: Sequence[str], params: Any
+) -> tuple[Sequence[Suppression], int]:
+    """A page of the company's suppressions (those of these clients, or of every
+    client, when the token names some), newest first."""
+    statement = _suppressions(company_id, client_ids)
+    return paginate(
+        session, statement, Suppression.created_at.desc(), Suppression.id, params=params
+    )
+
+
+def find_suppression(
+    session: Session, company_id: uuid.UUID, client_ids: Sequence[str], suppression_id: uuid.UUID
+) -> Suppression | None:
+    statement = _suppressions(company_id, client_ids).where(Suppression.id == suppression_id)
+    found: Suppression | None = session.scalars(statement).one_or_none()
+    return found
+
+
+usable_client = datasets.usable_client
+whole_values = subjects.whole_values
+remove_subjects = erasure.remove_subjects
+remove_older = erasure.remove_older
+mark_file_erased = erasure.mark_file_erased
+suppress = erasure.suppress
+lift_suppression = erasure.lift
+Removed = erasure.Removed

@@ -23,13 +23,18 @@ def _changes(
     for its cursor or `feed.page`; a full page has the one after it read ahead."""
     with db.read_connection() as connection:
         target = repository.target(connection, query.client_id, query.dataset_id)
-        dataset_pk = datasets.usable_target(caller, query.client_id, query.dataset_id, target).id
+        target = datasets.usable_target(caller, query.client_id, query.dataset_id, target)
+    # a removal of records moves `subjects_version`: no page read ahead before it is served
+    dataset_pk, version = target.id, target.subjects_version
     cursor, limit = feed.decode(query.after, dataset_pk), query.limit
-    page = ahead.take((dataset_pk, cursor, limit)) or feed.page(db, dataset_pk, cursor, limit=limit)
+    page = ahead.take((dataset_pk, version, cursor, limit)) or feed.page(
+        db, dataset_pk, cursor, limit=limit
+    )
     if page.count == limit:
         after = page.cursor
         ahead.start(
-            (dataset_pk, after, limit), lambda: feed.page(db, dataset_pk, after, limit=limit)
+            (dataset_pk, version, after, limit),
+            lambda: feed.page(db, dataset_pk, after, limit=limit),
         )
     return dataset_pk, page
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from headwater.ingestion import validation
 from headwater.ingestion.datasets import Compiled
+from headwater.ingestion.subjects import Subjects
 
 Problem = dict[str, Any]
 
@@ -113,8 +114,9 @@ def table(
 @dataclass(slots=True)
 class Kept:
     """Valid records after the dataset's steps: those to store (`records`), each with
-    its dedupe digest (`digests`, None without a dedupe step), and how many a filter
-    kept out or were duplicates of an earlier record of the same input."""
+    its dedupe digest (`digests`, None without a dedupe step) and its subject's digest
+    (`subjects`, None without a `subject_key`), and how many a filter kept out, were
+    duplicates of an earlier record of the same input, or were of a suppressed subject."""
 
     records: list[Any]
     digests: list[bytes | None] | None = None
@@ -123,19 +125,26 @@ class Kept:
     duplicates: int = 0
     # the JSON text of each record kept, where known (none after steps changed them)
     texts: list[str | None] | None = None
+    subjects: list[bytes | None] | None = None
+    suppressed: int = 0
 
 
 def transform(check: Compiled, records: Sequence[Any], texts: Any = None) -> Kept:
     """Run the dataset's steps on valid records, in order; the outputs are copies (the
-    records given are left as they were)."""
-    steps = check.steps
+    records given are left as they were). Then each output's subject (contract section
+    17): a suppressed one is not kept."""
+    steps, subjects = check.steps, check.subjects
     if steps is None:
-        return Kept(records=list(records), texts=texts)
+        kept = Kept(records=list(records), texts=texts)
+        if subjects is not None:
+            _subjects(kept, subjects)
+        return kept
     dedupe = steps.dedupe
     kept = Kept(
         records=[],
         digests=None if dedupe is None else [],
         window=None if dedupe is None else dedupe.window,
+        subjects=None if subjects is None else [],
     )
     seen: set[bytes] = set()
     for record in records:
@@ -143,15 +152,39 @@ def transform(check: Compiled, records: Sequence[Any], texts: Any = None) -> Kep
         if output is None:
             kept.filtered += 1
             continue
+        if subjects is not None:
+            subject = subjects.of(output)
+            if subject is not None and subject in subjects.suppressed:
+                kept.suppressed += 1
+                continue
+            kept.subjects.append(subject)  # type: ignore[union-attr]
         if digest is not None:
             if digest in seen:
                 kept.duplicates += 1
+                if kept.subjects is not None:
+                    kept.subjects.pop()
                 continue
             seen.add(digest)
         kept.records.append(output)
         if kept.digests is not None:
             kept.digests.append(digest)
     return kept
+
+
+def _subjects(kept: Kept, subjects: Subjects) -> None:
+    """Give records kept as they were their subjects' digests, leaving out those of
+    suppressed subjects (and their texts)."""
+    found = subjects.each(kept.records)
+    suppressed = subjects.suppressed
+    if not suppressed or not suppressed.intersection(found):
+        kept.subjects = found
+        return
+    keep = [digest is None or digest not in suppressed for digest in found]
+    kept.suppressed = keep.count(False)
+    kept.records = [record for record, k in zip(kept.records, keep, strict=True) if k]
+    kept.subjects = [digest for digest, k in zip(found, keep, strict=True) if k]
+    if kept.texts is not None:
+        kept.texts = [text for text, k in zip(kept.texts, keep, strict=True) if k]
 
 
 def _problems(check: Compiled, record: Any, *, escape: bool) -> list[Problem]:

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from headwater.events import outbox
 from headwater.identity.models import IngestionClient
 from headwater.identity.tokens import Principal
-from headwater.ingestion import hashkeys, normalise, transforms, validation
+from headwater.ingestion import hashkeys, normalise, subjects, transforms, validation
 from headwater.ingestion.errors import (
     ClientNotAllowed,
     ClientNotFound,
@@ -30,7 +30,13 @@ from headwater.ingestion.errors import (
     SchemaTooLarge,
     SchemaUnusable,
 )
-from headwater.ingestion.models import Dataset, DatasetSchema, DatasetTransform, Record
+from headwater.ingestion.models import (
+    Dataset,
+    DatasetSchema,
+    DatasetTransform,
+    Record,
+    Suppression,
+)
 from headwater.ingestion.schemas import (
     DatasetOptions,
     DatasetQuery,
@@ -57,10 +63,12 @@ class Compiled:
     normaliser: normalise.Normaliser
     steps: transforms.Steps | None = None  # the transform version's (None: no steps)
     transform_version: int | None = None  # as records name it (None: the dataset had none)
+    # the subject key's, with the subjects suppressed (None: no `subject_key`)
+    subjects: subjects.Subjects | None = None
 
 
-# Keyed by (dataset, version, options as JSON, coerce, transform version): a new version,
-# new options or new steps is a new key.
+# Keyed by (dataset, version, options as JSON, coerce, transform version, subjects
+# version): a new version, new options, new steps or new suppressions is a new key.
 _compiled: LRU[Compiled] = LRU(maxsize=1024)
 
 
@@ -72,9 +80,11 @@ def compiled(
     options: dict[str, Any],
     coerce: bool | None,
     transform_version: int = 0,
+    subjects_version: int = 0,
 ) -> Compiled:
-    """The cached validator and normaliser of a schema version under these options, and
-    the steps of a transform version (0: none).
+    """The cached validator and normaliser of a schema version under these options, the
+    steps of a transform version (0: none), and the subjects suppressed (as of the
+    dataset's `subjects_version`).
 
     `coerce` overrides the dataset's `coerce_types` (files always coerce); None keeps it.
     """
@@ -96,10 +106,37 @@ def compiled(
             normaliser=normalise.compile_normaliser(schema, parsed.normalisation(coerce=coerce)),
             steps=_steps(connection, dataset_pk, transform_version),
             transform_version=transform_version or None,
+            subjects=_subjects(connection, dataset_pk, parsed.subject_key),
         )
 
-    key = _compiled_key(dataset_pk, version, options, coerce, transform_version)
+    key = _compiled_key(dataset_pk, version, options, coerce, transform_version, subjects_version)
     return _compiled.get_or_compute(key, build)
+
+
+def _subjects(
+    connection: Connection, dataset_pk: uuid.UUID, subject_key: str | None
+) -> subjects.Subjects | None:
+    """The dataset's subject key with its company's hash key, and the digests of the
+    subjects suppressed in its scope."""
+    if subject_key is None:
+        return None
+    row = connection.execute(
+        select(Dataset.company_id, Dataset.client_id, Dataset.dataset_id).where(
+            Dataset.id == dataset_pk
+        )
+    ).one()
+    suppressed = connection.scalars(
+        select(Suppression.digests).where(
+            Suppression.company_id == row.company_id,
+            (Suppression.client_id.is_(None)) | (Suppression.client_id == row.client_id),
+            (Suppression.dataset_id.is_(None)) | (Suppression.dataset_id == row.dataset_id),
+        )
+    )
+    return subjects.Subjects(
+        transforms.pointer(subject_key),
+        hashkeys.key(connection, row.company_id),
+        frozenset(bytes.fromhex(digest) for digests in suppressed for digest in digests),
+    )
 
 
 def _steps(
@@ -128,9 +165,11 @@ def cached_compiled(
     options: dict[str, Any],
     coerce: bool | None,
     transform_version: int = 0,
+    subjects_version: int = 0,
 ) -> Compiled | None:
     """`compiled`'s answer if this process has it already, else None (nothing is read)."""
-    return _compiled.get(_compiled_key(dataset_pk, version, options, coerce, transform_version))
+    key = _compiled_key(dataset_pk, version, options, coerce, transform_version, subjects_version)
+    return _compiled.get(key)
 
 
 def _compiled_key(
@@ -139,9 +178,10 @@ def _compiled_key(
     options: dict[str, Any],
     coerce: bool | None,
     transform_version: int,
+    subjects_version: int,
 ) -> tuple[Any, ...]:
     options_json = orjson.dumps(options, option=orjson.OPT_SORT_KEYS)
-    return (dataset_pk, version, options_json, coerce, transform_version)
+    return (dataset_pk, version, options_json, coerce, transform_version, subjects_version)
 
 
 # --- reads ----------------------------------------------------------------------------------
@@ -467,6 +507,8 @@ def register(
     )
     session.add(dataset)
     session.flush()
+    if options.subject_key is not None:
+        hashkeys.ensure(session.connection(), client.company_id)
     _audit(session, actor=actor, action="create", dataset=dataset, before=None)
     _add_version(session, dataset, schema=schema, actor=actor)
     session.flush()
@@ -553,6 +595,8 @@ def set_options(
     dataset.options = options.model_dump()
     dataset.updated_at = utcnow_ms()
     session.flush()
+    if options.subject_key is not None:
+        hashkeys.ensure(session.connection(), client.company_id)
     _audit(
         session,
         actor=Actor(company_id=client.company_id, author_id=author_id),

@@ -132,18 +132,23 @@ class Claims:
                 out.append(batch)
                 continue
             assert batch.digests is not None
-            records = []
-            for record, digest in zip(batch.records, batch.digests, strict=True):
+            records, subjects = [], []
+            owners = batch.subjects or [None] * len(batch.records)
+            for record, digest, subject in zip(batch.records, batch.digests, owners, strict=True):
                 if digest is None:
-                    records.append(record)
+                    pass
                 elif (batch.dataset_pk, digest) in claimed:
                     claimed.discard((batch.dataset_pk, digest))  # its first record only
-                    records.append(record)
+                else:
+                    continue
+                records.append(record)
+                subjects.append(subject)
             count = len(batch.records) - len(records)
             lost[batch.transaction_id] = lost.get(batch.transaction_id, 0) + count
-            out.append(
-                replace(batch, records=records, digests=None, texts=None) if count else batch
-            )
+            if count:
+                kept = subjects if batch.subjects is not None else None
+                batch = replace(batch, records=records, digests=None, texts=None, subjects=kept)
+            out.append(batch)
         return out, lost
 
 

@@ -17,7 +17,12 @@ walks indexes from it (`ix_transactions_feed`, then `ix_records_transaction_id`)
 its cost does not grow with the dataset. Positions are given when the feed is read,
 and only then: a dataset nobody follows pays nothing for them.
 
-Records are never deleted, so a cursor stays valid for good.
+A record removed (an erasure, retention: `ingestion.erasure`) appears once more as a
+tombstone, `{"record_id", "erased": true}`, at a position of its own, given from the
+same numbering when it was removed: a follower reads it after the record, if it read
+that, and deletes its copy. A cursor stays valid as long as its transaction's row (kept
+for good) or its tombstones exist; a transaction whose records were removed holds fewer
+than its count, so a page may come back short of `limit` with more after it.
 """
 
 from __future__ import annotations
@@ -31,16 +36,18 @@ from sqlalchemy import (
     Text,
     cast,
     exists,
+    func,
     literal,
     literal_column,
     select,
     text,
     tuple_,
+    union_all,
 )
 
 from headwater.db import Database, Numbering, driver_execute, unless_writer_busy
 from headwater.errors import InvalidCursor
-from headwater.ingestion.models import UNFED, FeedHead, Record, Transaction
+from headwater.ingestion.models import UNFED, FeedHead, Record, RecordTombstone, Transaction
 from headwater.kit import cursors
 from headwater.kit.clock import iso_ms
 
@@ -83,17 +90,21 @@ def catch_up(db: Database, dataset_pk: uuid.UUID) -> None:
 # --- cursors ----------------------------------------------------------------------------------
 
 _PREFIX = "r1"
+_ERASED = "e1"  # a cursor at a tombstone
 
 
 @dataclass(frozen=True, slots=True)
 class Cursor:
-    """The last record read: its transaction's position and its `seq` (0, 0: none)."""
+    """The last record read: its transaction's position and its `seq` (0, 0: none);
+    `erased`: a tombstone, at its removal's position."""
 
     pos: int
     seq: int
+    erased: bool = False
 
     def encode(self, dataset_pk: uuid.UUID) -> str:
-        return cursors.pack(_PREFIX, self.pos, self.seq, _tag(dataset_pk))
+        prefix = _ERASED if self.erased else _PREFIX
+        return cursors.pack(prefix, self.pos, self.seq, _tag(dataset_pk))
 
 
 START = Cursor(0, 0)
@@ -109,14 +120,14 @@ def decode(cursor: str | None, dataset_pk: uuid.UUID) -> Cursor:
         return START
     parts = cursors.unpack(cursor)
     pos, seq = (cursors.number(p) for p in parts[1:3]) if len(parts) == 4 else (None, None)
-    if parts[:1] != [_PREFIX] or pos is None or seq is None:
+    if parts[:1] not in ([_PREFIX], [_ERASED]) or pos is None or seq is None:
         raise InvalidCursor(
             "`after` is not a cursor this feed gave; pass a `next_cursor` as it came, or "
             "leave `after` out to read from the dataset's first record."
         )
     if parts[3] != _tag(dataset_pk):
         raise InvalidCursor("`after` is a cursor of another dataset's feed.")
-    return Cursor(pos, seq)
+    return Cursor(pos, seq, erased=parts[0] == _ERASED)
 
 
 # --- pages ------------------------------------------------------------------------------------
@@ -154,8 +165,24 @@ _BY_PLACE = _ONE_SQL.replace(
 # PostgreSQL's other two page queries, as text for psycopg too: the transactions after a
 # place, and the records of whole transactions, one row each.
 _FOLLOWING_SQL = """
-SELECT id, feed_pos, records_accepted FROM transactions
-WHERE dataset_pk = %(dataset)s AND feed_pos > %(pos)s ORDER BY feed_pos LIMIT %(limit)s
+(SELECT id, feed_pos, records_accepted::bigint AS records_accepted, false AS erased
+ FROM transactions
+ WHERE dataset_pk = %(dataset)s AND feed_pos > %(pos)s ORDER BY feed_pos LIMIT %(limit)s)
+UNION ALL
+(SELECT NULL::uuid, pos, count(*), true FROM record_tombstones
+ WHERE dataset_pk = %(dataset)s AND pos > %(pos)s GROUP BY pos ORDER BY pos LIMIT %(limit)s)
+ORDER BY feed_pos LIMIT %(limit)s
+"""
+# A tombstone's line: the record's id, erased.
+_TOMBSTONE_SQL = """
+SELECT pos, count(*) AS count, max(seq) AS last_seq,
+       string_agg('{"record_id":"' || record_id || '","erased":true}', ',' ORDER BY seq) AS text
+FROM (
+    SELECT pos, seq, record_id FROM record_tombstones
+    WHERE dataset_pk = %(dataset)s AND pos = ANY(%(places)s) AND (pos, seq) > (%(pos)s, %(seq)s)
+    ORDER BY pos, seq LIMIT %(limit)s
+) AS walked
+GROUP BY pos
 """
 _WHOLE_SQL = f"""
 SELECT transaction_id, count(*) AS count, max(seq) AS last_seq,
@@ -277,47 +304,122 @@ def page(db: Database, dataset_pk: uuid.UUID, cursor: Cursor, *, limit: int) -> 
 def read(connection: Connection, dataset_pk: uuid.UUID, cursor: Cursor, *, limit: int) -> Changes:
     """Up to `limit` records after `cursor`, in feed order. At most four index walks:
     the rest of the cursor's transaction, the next transactions' positions, the records
-    of those taken whole (their counts are known), and part of the last one."""
-    taken: list[tuple[int, Chunk]] = []  # (position, chunk)
+    of those taken whole (their counts are known), and part of the last one; and the
+    tombstones of any removals among them."""
+    taken: list[tuple[int, Chunk, bool]] = []  # (position, chunk, erased)
     if cursor.pos:
-        taken += [(cursor.pos, c) for c in _rest(connection, dataset_pk, cursor, limit)]
-    wanted = limit - sum(chunk.count for _, chunk in taken)
+        if cursor.erased:
+            rest = _tombstones(connection, dataset_pk, [cursor.pos], cursor, limit)
+        else:
+            rest = _rest(connection, dataset_pk, cursor, limit)
+        taken += [(cursor.pos, c, cursor.erased) for c in rest]
+    wanted = limit - sum(chunk.count for _, chunk, _ in taken)
     if wanted > 0:
         following = _following(connection, dataset_pk, cursor.pos, wanted)
         if cursor.pos and not taken and not following:
-            _check_place(connection, dataset_pk, cursor.pos)
+            _check_place(connection, dataset_pk, cursor)
         whole, counted = 0, 0
         while whole < len(following) and counted + following[whole].records_accepted <= wanted:
             counted += following[whole].records_accepted
             whole += 1
         if whole:
-            places = {row.id: row.feed_pos for row in following[:whole]}
-            chunks = _whole(connection, list(places))
-            taken += sorted(((places[c.transaction_id], c) for c in chunks), key=lambda t: t[0])
+            places = {row.id: row.feed_pos for row in following[:whole] if not row.erased}
+            chunks = [
+                (places[c.transaction_id], c, False) for c in _whole(connection, list(places))
+            ]
+            removals = [row.feed_pos for row in following[:whole] if row.erased]
+            if removals:
+                found = _tombstones(connection, dataset_pk, removals, Cursor(0, 0), wanted)
+                chunks += [(c.transaction_id, c, True) for c in found]
+            taken += sorted(chunks, key=lambda t: t[0])
             # (a transaction holding more records than its count would make the page
             # longer than `limit`, never skip or repeat a record: its count is written
             # with its records, by the sink)
         if whole < len(following) and counted < wanted:
             part = following[whole]
-            rest = _rest(
-                connection, dataset_pk, Cursor(part.feed_pos, 0), wanted - counted, part.id
-            )
-            taken += [(part.feed_pos, c) for c in rest]
-    last = Cursor(taken[-1][0], taken[-1][1].last_seq) if taken else cursor
-    return Changes(",".join(chunk.text for _, chunk in taken), sum(c.count for _, c in taken), last)
+            if part.erased:
+                start = Cursor(part.feed_pos, 0)
+                rest = _tombstones(connection, dataset_pk, [part.feed_pos], start, wanted - counted)
+            else:
+                rest = _rest(
+                    connection, dataset_pk, Cursor(part.feed_pos, 0), wanted - counted, part.id
+                )
+            taken += [(part.feed_pos, c, part.erased) for c in rest]
+    last = cursor
+    if taken:
+        pos, chunk, erased = taken[-1]
+        last = Cursor(pos, chunk.last_seq, erased)
+    return Changes(
+        ",".join(chunk.text for _, chunk, _ in taken), sum(c.count for _, c, _ in taken), last
+    )
+
+
+def _tombstones(
+    connection: Connection, dataset_pk: uuid.UUID, places: list[int], after: Cursor, limit: int
+) -> list[Chunk]:
+    """The tombstones at these positions after `after`, at most `limit`, a chunk a
+    position (its `transaction_id` the position), in feed order."""
+    if connection.dialect.name == "postgresql":
+        params = {
+            "dataset": dataset_pk,
+            "places": places,
+            "pos": after.pos,
+            "seq": after.seq,
+            "limit": limit,
+        }
+        rows = driver_execute(connection, _TOMBSTONE_SQL, params)
+        return sorted(
+            (Chunk(r.pos, r.count, r.last_seq, r.text) for r in rows),
+            key=lambda c: c.transaction_id,
+        )
+    found = connection.execute(
+        select(RecordTombstone.pos, RecordTombstone.seq, RecordTombstone.record_id)
+        .where(
+            RecordTombstone.dataset_pk == dataset_pk,
+            RecordTombstone.pos.in_(places),
+            tuple_(RecordTombstone.pos, RecordTombstone.seq) > tuple_(after.pos, after.seq),
+        )
+        .order_by(RecordTombstone.pos, RecordTombstone.seq)
+        .limit(limit)
+    ).all()
+    grouped: dict[int, list[Any]] = {}
+    for row in found:
+        grouped.setdefault(row.pos, []).append(row)
+    return [
+        Chunk(
+            pos,
+            len(rows),
+            rows[-1].seq,
+            ",".join(f'{{"record_id":"{row.record_id}","erased":true}}' for row in rows),
+        )
+        for pos, rows in grouped.items()
+    ]
 
 
 def _following(connection: Connection, dataset_pk: uuid.UUID, pos: int, limit: int) -> Any:
-    """The dataset's next transactions after a place: id, place, records."""
+    """The dataset's next places after a place: a transaction's (id, place, records) or
+    a removal's (None, place, tombstones), with `erased` saying which."""
     if connection.dialect.name == "postgresql":
         params = {"dataset": dataset_pk, "pos": pos, "limit": limit}
         return driver_execute(connection, _FOLLOWING_SQL, params)
-    return connection.execute(
-        select(Transaction.id, Transaction.feed_pos, Transaction.records_accepted)
-        .where(Transaction.dataset_pk == dataset_pk, Transaction.feed_pos > pos)
-        .order_by(Transaction.feed_pos)
-        .limit(limit)
-    ).all()
+    transactions = select(
+        Transaction.id,
+        Transaction.feed_pos,
+        Transaction.records_accepted,
+        literal(False).label("erased"),
+    ).where(Transaction.dataset_pk == dataset_pk, Transaction.feed_pos > pos)
+    removals = (
+        select(
+            literal(None, Transaction.id.type).label("id"),
+            RecordTombstone.pos.label("feed_pos"),
+            func.count().label("records_accepted"),
+            literal(True).label("erased"),
+        )
+        .where(RecordTombstone.dataset_pk == dataset_pk, RecordTombstone.pos > pos)
+        .group_by(RecordTombstone.pos)
+    )
+    both = union_all(transactions, removals).subquery()
+    return connection.execute(select(both).order_by(both.c.feed_pos).limit(limit)).all()
 
 
 def _whole(connection: Connection, transactions: list[Any]) -> list[Chunk]:
@@ -354,9 +456,16 @@ def _rest(
     return _chunks(connection, _after(of, cursor.seq), limit=limit, of=of)
 
 
-def _check_place(connection: Connection, dataset_pk: uuid.UUID, pos: int) -> None:
-    """400 unless the dataset's feed has the position (a cursor at the feed's end)."""
-    if not connection.scalar(
-        select(exists().where(Transaction.dataset_pk == dataset_pk, Transaction.feed_pos == pos))
-    ):
+def _check_place(connection: Connection, dataset_pk: uuid.UUID, cursor: Cursor) -> None:
+    """400 unless the dataset's feed has the cursor's position (a cursor at the feed's
+    end)."""
+    if cursor.erased:
+        found = exists().where(
+            RecordTombstone.dataset_pk == dataset_pk, RecordTombstone.pos == cursor.pos
+        )
+    else:
+        found = exists().where(
+            Transaction.dataset_pk == dataset_pk, Transaction.feed_pos == cursor.pos
+        )
+    if not connection.scalar(select(found)):
         raise InvalidCursor("`after` points past the end of the feed; pass a `next_cursor`.")

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     ForeignKey,
     Index,
     Integer,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     String,
     UniqueConstraint,
     Uuid,
+    false,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -40,6 +42,9 @@ class Dataset(Base):
     schema_version: Mapped[int] = mapped_column(Integer)
     # its current transform steps' version (0: none ever set)
     transform_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # changed with each erasure of its records and each suppression that covers it: a
+    # compiled check (its suppressed subjects) and a feed page read ahead name it
+    subjects_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     options: Mapped[dict[str, Any]] = mapped_column(JSONDocument)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -153,6 +158,10 @@ class Transaction(Base):
     # records a `filter` step or a `dedupe` step kept out (contract section 16)
     records_filtered: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     records_duplicates: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # records of suppressed subjects, not stored (contract section 17)
+    records_suppressed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # its raw file was removed (an erasure, or raw file retention)
+    file_erased: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # the dataset's transform version when the transaction began (None: it had none)
     transform_version: Mapped[int | None] = mapped_column(Integer, default=None)
     error_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -194,6 +203,13 @@ class Record(Base):
     __table_args__ = (
         Index(None, "dataset_pk", "ingested_at", "seq"),
         Index(None, "transaction_id", "seq"),
+        Index(
+            "ix_records_subject",
+            "dataset_pk",
+            "subject",
+            postgresql_where=text("subject IS NOT NULL"),
+            sqlite_where=text("subject IS NOT NULL"),
+        ),
     )
 
     seq: Mapped[int] = mapped_column(
@@ -207,6 +223,41 @@ class Record(Base):
     transform_version: Mapped[int | None] = mapped_column(Integer, default=None)
     ingested_at: Mapped[datetime] = mapped_column(UTCDateTime)
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # the digest of its value at the dataset's `subject_key` (`ingestion.subjects`)
+    subject: Mapped[bytes | None] = mapped_column(LargeBinary(16), default=None)
+
+
+class RecordTombstone(Base):
+    """A record removed (an erasure, retention), as the record feed shows it once more:
+    at a feed position of its own, taken from its dataset's numbering when it was
+    removed, in the order of its `seq`."""
+
+    __tablename__ = "record_tombstones"
+    __table_args__ = (Index(None, "dataset_pk", "pos", "seq"),)
+
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    pos: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    record_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+
+
+class Suppression(Base):
+    """A subject whose later records are not stored (contract section 17): only its
+    digests (`ingestion.subjects.digests`), in the scope of the erasure that made it
+    (a client, a dataset of it, or every client of the company: NULLs)."""
+
+    __tablename__ = "suppressions"
+    __table_args__ = (Index(None, "company_id", "created_at"),)
+
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    client_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    dataset_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    # hex digests, as a JSON array
+    digests: Mapped[list[str]] = mapped_column(JSONDocument)
+    erasure_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class IdempotencyKey(Base):

@@ -3,7 +3,9 @@ it is read at once, on a thread of its own, while its reader receives and handle
 one before; the reader's next request takes it ready (one process's, so a reader on one
 keep-alive connection finds it).
 
-What makes this safe: a full page after a cursor never changes. Positions are given
+What makes this safe: a full page after a cursor never changes, but for a removal of
+records (an erasure, retention), which moves the dataset's `subjects_version`, part of
+the key: a page read ahead before it is never served after it. Positions are given
 only to committed transactions and only after every lower one (`feed`), so the records
 after a cursor that are already placed stay the same, in the same order. A page that
 was not full (its reader is at the end) is never read ahead, and a page read ahead that
@@ -30,7 +32,7 @@ ENTRIES = 16
 SECONDS = 5.0
 THREADS = 2
 
-Key = tuple[uuid.UUID, feed.Cursor, int]  # dataset, cursor, limit
+Key = tuple[uuid.UUID, int, feed.Cursor, int]  # dataset, its subjects_version, cursor, limit
 
 
 class ReadAhead:
@@ -51,7 +53,7 @@ class ReadAhead:
             page = entry[1].result()
         except Exception:  # read again by the caller, which reports it
             return None
-        return page if page.count == key[2] else None
+        return page if page.count == key[3] else None
 
     def start(self, key: Key, read: Callable[[], feed.Changes]) -> None:
         """Read the page for `key` on a thread of this read-ahead, for a later `take`."""

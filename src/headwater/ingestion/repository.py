@@ -24,7 +24,8 @@ from headwater.ingestion.models import Dataset, Record, RecordCount
 
 # The client a push names and its dataset, in one query: a row with the client's
 # company_id and revoked_at, and the dataset's id (None if it has no such dataset),
-# schema_version, options and transform_version; no row if there is no such client.
+# schema_version, options, transform_version and subjects_version; no row if there is
+# no such client.
 TARGET = (
     select(
         IngestionClient.company_id,
@@ -33,6 +34,7 @@ TARGET = (
         Dataset.schema_version,
         Dataset.options,
         Dataset.transform_version,
+        Dataset.subjects_version,
     )
     .outerjoin(
         Dataset,

@@ -20,6 +20,19 @@ DatasetId = Annotated[
     StringConstraints(pattern=ID_PATTERN),
     Field(description="Dataset id: `[A-Za-z0-9][A-Za-z0-9_.-]{0,63}`.", examples=["orders"]),
 ]
+
+
+def _pointer(value: Any) -> Any:
+    from headwater.ingestion.transforms import PointerError, pointer
+
+    try:
+        pointer(value)
+    except PointerError as exc:
+        raise ValueError(f"subject_key {exc}") from None
+    return value
+
+
+SubjectKey = Annotated[str, StringConstraints(max_length=512), BeforeValidator(_pointer)]
 TransactionStatus = Literal[
     "awaiting_upload", "processing", "completed", "rejected", "failed", "expired"
 ]
@@ -69,6 +82,25 @@ class DatasetOptions(Input):
         default_factory=dict,
         description="Rename source members to schema fields: `{source: field}`.",
         examples=[{"e-mail": "customer-email"}],
+    )
+    subject_key: SubjectKey | None = Field(
+        None,
+        description="A JSON Pointer into the stored record to the member naming the person "
+        "or customer a record is about (contract section 17): erasures and suppressions "
+        "find records by it. Where a `hash` step writes that member, subjects are hashed "
+        "the same way before they are compared. Absent: the dataset's records are not "
+        "covered by erasures.",
+        examples=["/customer-email"],
+    )
+    retention_days: int | None = Field(
+        None,
+        ge=1,
+        le=3650,
+        strict=True,
+        description="Records ingested longer ago than this are removed (within 24 h), with "
+        "their quarantined rows and raw files, and appear in the record feed as erased. "
+        "Absent: kept for ever.",
+        examples=[365],
     )
 
     def normalisation(self, *, coerce: bool | None = None) -> normalise.Options:
@@ -221,6 +253,17 @@ class TransactionRead(Output):
         description="Records a `dedupe` step found duplicates of a record stored within "
         "its window, or of an earlier one of the same push or file (not stored).",
         examples=[0],
+    )
+    records_suppressed: int = Field(
+        0,
+        description="Records of subjects an erasure suppressed (contract section 17): not stored.",
+        examples=[0],
+    )
+    file_erased: bool = Field(
+        False,
+        description="Files: its raw file was removed (an erasure, or raw file retention, "
+        "`HEADWATER_RAW_FILE_RETENTION_DAYS`); its counts stay.",
+        examples=[False],
     )
     error_count: int
     errors: list[RecordError]

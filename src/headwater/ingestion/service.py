@@ -160,6 +160,7 @@ def _compiled(connection: Connection, row: Any) -> datasets.Compiled:
         options=row.options,
         coerce=None,
         transform_version=row.transform_version,
+        subjects_version=row.subjects_version,
     )
 
 
@@ -271,6 +272,7 @@ def _check(
         records_rejected=errors.records,
         records_filtered=kept.filtered,
         records_duplicates=kept.duplicates,
+        records_suppressed=kept.suppressed,
         error_count=error_count,
         errors=errors.listed,
     )
@@ -287,6 +289,7 @@ def _check(
         transform_version=target.compiled.transform_version,
         digests=kept.digests,
         window=kept.window,
+        subjects=kept.subjects,
     )
     return _Checked(transaction, batch)
 
@@ -494,6 +497,7 @@ def cached_compiled(row: Any) -> datasets.Compiled | None:
         options=row.options,
         coerce=None,
         transform_version=row.transform_version,
+        subjects_version=row.subjects_version,
     )
 
 

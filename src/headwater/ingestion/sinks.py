@@ -49,6 +49,8 @@ class RecordBatch:
     # each record's dedupe digest and the step's window (`ingestion.dedupe`), if any
     digests: Sequence[bytes | None] | None = None
     window: timedelta | None = None
+    # each record's subject digest (`ingestion.subjects`), if the dataset has a subject key
+    subjects: Sequence[bytes | None] | None = None
 
     @property
     def claims(self) -> bool:
@@ -168,6 +170,13 @@ def add_count(
         )
 
 
+def subtract_count(connection: Connection, dataset_pk: uuid.UUID, shard: int, records: int) -> None:
+    """Take `records` removed (an erasure, retention) off a shard of the dataset's count."""
+    connection.execute(
+        _ADD_TO_COUNT, {"dataset_pk": dataset_pk, "shard": shard, "records": -records}
+    )
+
+
 _INSERT_TRANSACTIONS = insert(Transaction)
 
 
@@ -205,9 +214,12 @@ class PortableSink:
                     "transform_version": batch.transform_version,
                     "ingested_at": batch.ingested_at,
                     "data": data,
+                    "subject": subject,
                 }
                 for batch in batches
-                for data in batch.records
+                for data, subject in zip(
+                    batch.records, batch.subjects or [None] * len(batch.records), strict=True
+                )
             ],
         )
 
@@ -230,14 +242,14 @@ class PortableSink:
 _RECORDS_INTO = """
 INSERT INTO records
     (record_id, company_id, dataset_pk, transaction_id, schema_version, transform_version,
-     ingested_at, data)
+     ingested_at, data, subject)
 """
 _UNNEST = (
     _RECORDS_INTO
     + """
 SELECT gen_random_uuid(), %(company_id)s, %(dataset_pk)s, %(transaction_id)s,
-       %(schema_version)s, %(transform_version)s, %(ingested_at)s, data::json
-FROM unnest(%(data)b::text[]) WITH ORDINALITY AS batch(data, n)
+       %(schema_version)s, %(transform_version)s, %(ingested_at)s, data::json, subject
+FROM unnest(%(data)b::text[], %(subjects)b::bytea[]) WITH ORDINALITY AS batch(data, subject, n)
 ORDER BY n
 """
 )
@@ -277,8 +289,9 @@ _STORE = (
     + _RECORDS_INTO
     + """
 SELECT gen_random_uuid(), t.company_id, t.dataset_pk, t.id, t.schema_version,
-       t.transform_version, t.created_at, r.data::json
-FROM unnest(%(records)b::text[], %(owners)b::uuid[]) WITH ORDINALITY AS r(data, owner, n)
+       t.transform_version, t.created_at, r.data::json, r.subject
+FROM unnest(%(records)b::text[], %(owners)b::uuid[], %(subjects)b::bytea[])
+    WITH ORDINALITY AS r(data, owner, subject, n)
 JOIN new_transactions AS t ON t.id = r.owner
 ORDER BY r.n
 """
@@ -295,7 +308,16 @@ def _batch_params(batch: RecordBatch) -> dict[str, Any]:
         "transform_version": batch.transform_version,
         "ingested_at": batch.ingested_at,
         "data": batch.json_texts(),
+        "subjects": _subject_array(batch.subjects),
     }
+
+
+def _subject_array(subjects: Sequence[bytes | None] | None) -> list[bytes | None] | None:
+    """The subjects as a bytea[] parameter: None (NULL, every record without one) unless
+    some record has one (a list of None alone has no type psycopg can send)."""
+    if subjects is None or not any(subjects):
+        return None
+    return list(subjects)
 
 
 def _store_statement(
@@ -313,6 +335,13 @@ def _store_statement(
         return _STORE_ONE, params | _batch_params(batches[0])
     params["records"] = [text for batch in batches for text in batch.json_texts()]
     params["owners"] = [batch.transaction_id for batch in batches for _ in batch.records]
+    params["subjects"] = _subject_array(
+        [
+            subject
+            for batch in batches
+            for subject in (batch.subjects or [None] * len(batch.records))
+        ]
+    )
     return _STORE, params
 
 

@@ -159,6 +159,7 @@ def preview(
             options=dataset.options,
             coerce=None,
             transform_version=dataset.transform_version if document is None else 0,
+            subjects_version=dataset.subjects_version,
         )
         run = compiled.steps
         if document is not None:

@@ -45,6 +45,7 @@ class Services(Protocol):
     token_failures: FailureLimit
     files_queued: asyncio.Event
     exports_queued: asyncio.Event
+    erasures_queued: asyncio.Event
     commits: Signals
 
 

@@ -1,0 +1,111 @@
+"""Data subjects (contract section 17): the digest that names a record's subject, so
+that finding a person's records is an index probe, and never their value.
+
+A dataset's `subject_key` option is a JSON Pointer into the stored record. The record's
+value there (a string, or an integer as its JSON text) is kept with the record only as
+its digest: the first 128 bits of HMAC-SHA256 under the company's hash key
+(`ingestion.hashkeys`), apart from every other use of that key by its prefix. An
+erasure or a suppression keeps the digests of its subjects, never the subjects: each
+subject as given, and as a `hash` step would have written it (with and without
+`lowercase`), so a dataset that hashes its subject key is matched too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from headwater.ingestion import transforms
+
+_PREFIX = b"subject\n"
+
+
+def _keyed(key: bytes) -> hmac.HMAC:
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    mac.update(_PREFIX)
+    return mac
+
+
+def text_of(value: Any) -> str | None:
+    """A value as a subject: a string as it is, an integer as its JSON text; None for
+    any other value (no subject)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+@dataclass
+class Subjects:
+    """A dataset's subject key, compiled with its company's key: each record's digest
+    (`of`), and which are suppressed (`suppressed`)."""
+
+    tokens: tuple[str, ...]
+    key: bytes
+    suppressed: frozenset[bytes] = frozenset()
+
+    def __post_init__(self) -> None:
+        self._state = _keyed(self.key)
+
+    def digest(self, text: str) -> bytes:
+        mac = self._state.copy()
+        mac.update(text.encode())
+        return mac.digest()[: transforms.DIGEST_BYTES]
+
+    def of(self, record: Any) -> bytes | None:
+        """The digest of the record's subject (None: it has none)."""
+        node = record
+        for token in self.tokens:
+            if isinstance(node, dict):
+                if token not in node:
+                    return None
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                return None
+        text = text_of(node)
+        return None if text is None else self.digest(text)
+
+    def each(self, records: Sequence[Any]) -> list[bytes | None]:
+        return [self.of(record) for record in records]
+
+
+def digests(key: bytes, subjects: Iterable[str]) -> list[bytes]:
+    """Every digest a subject may be stored under: as given, and as a `hash` step writes
+    it (HMAC hex of the value, and of its lowercase form). In a stable order, without
+    repeats."""
+    matcher = Subjects((), key)
+    hashed = transforms.compile_steps(0, [{"op": "hash", "path": "/v"}], key)
+    lower = transforms.compile_steps(0, [{"op": "hash", "path": "/v", "lowercase": True}], key)
+    assert hashed is not None and lower is not None
+    found: dict[bytes, None] = {}
+    for subject in subjects:
+        forms = [subject]
+        for steps in (hashed, lower):
+            output, _ = steps.run({"v": subject})
+            assert output is not None
+            forms.append(output["v"])
+        for form in forms:
+            found[matcher.digest(form)] = None
+    return list(found)
+
+
+def whole_values(data: Any) -> Iterable[str]:
+    """The whole string values of a JSON document (member names aside), or the integers'
+    JSON texts: where a subject may appear in a quarantined row."""
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        else:
+            text = text_of(node)
+            if text is not None:
+                yield text
