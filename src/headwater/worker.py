@@ -205,6 +205,31 @@ async def purge_exports(runtime: Runtime) -> None:
         log.info("export files past their lifetime deleted", count=purged)
 
 
+RETENTION_SECONDS = 3600  # contract section 17: removed within 24 h; run hourly
+
+
+async def apply_retention(runtime: Runtime) -> None:
+    """Records past their dataset's `retention_days` (with their quarantined rows and raw
+    files), and raw files past HEADWATER_RAW_FILE_RETENTION_DAYS: removed."""
+    from headwater.subjects import retention
+
+    removed = await anyio.to_thread.run_sync(
+        lambda: retention.run(
+            runtime.db,
+            runtime.store,
+            now=utcnow(),
+            raw_file_days=runtime.settings.raw_file_retention_days,
+        )
+    )
+    if removed.records or removed.files or removed.quarantined_rows:
+        log.info(
+            "retention removed data",
+            records=removed.records,
+            quarantined_rows=removed.quarantined_rows,
+            files=removed.files,
+        )
+
+
 def periodic(settings: Settings) -> list[scheduler.Periodic]:
     """The periodic jobs: each once a period across every process (`scheduler`), but the
     verification keys, which each process keeps for itself."""
@@ -228,6 +253,7 @@ def periodic(settings: Settings) -> list[scheduler.Periodic]:
             )
         ),
         scheduler.Periodic("sweep_orphans", ORPHAN_SECONDS, sweep_orphans),
+        scheduler.Periodic("apply_retention", RETENTION_SECONDS, apply_retention),
     ]
 
 

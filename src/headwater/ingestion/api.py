@@ -442,3 +442,34 @@ mark_file_erased = erasure.mark_file_erased
 suppress = erasure.suppress
 lift_suppression = erasure.lift
 Removed = erasure.Removed
+
+
+def retained_datasets(connection: Connection) -> list[tuple[uuid.UUID, int]]:
+    """Every dataset with a `retention_days` option: (its id, the days)."""
+    rows = connection.execute(select(Dataset.id, Dataset.options))
+    return [
+        (row.id, int(row.options["retention_days"]))
+        for row in rows
+        if row.options.get("retention_days")
+    ]
+
+
+def files_ended_before(
+    connection: Connection,
+    before: datetime,
+    *,
+    dataset_pk: uuid.UUID | None = None,
+    limit: int = 100,
+) -> list[uuid.UUID]:
+    """File transactions whose raw file is still kept, final before `before` (of one
+    dataset: created before it), oldest first (`ix_transactions_raw_files`)."""
+    statement = select(Transaction.id).where(
+        Transaction.kind == "file",
+        Transaction.file_erased.is_(False),
+        Transaction.completed_at < before,
+    )
+    if dataset_pk is not None:
+        statement = statement.where(
+            Transaction.dataset_pk == dataset_pk, Transaction.created_at < before
+        )
+    return list(connection.scalars(statement.order_by(Transaction.completed_at).limit(limit)))

@@ -27,6 +27,8 @@ from headwater.db import Base, JSONDocument, UTCDateTime
 
 # A stored transaction not numbered in its dataset's record feed yet.
 UNFED = "feed_pos IS NULL AND status = 'completed' AND records_accepted > 0"
+# A file transaction whose raw file is kept (raw file retention looks at these).
+RAW_FILE_KEPT = "kind = 'file' AND NOT file_erased"
 
 
 class Dataset(Base):
@@ -130,6 +132,12 @@ class Transaction(Base):
             "feed_pos",
             postgresql_where=text("feed_pos IS NOT NULL"),
             sqlite_where=text("feed_pos IS NOT NULL"),
+        ),
+        Index(
+            "ix_transactions_raw_files",
+            "completed_at",
+            postgresql_where=text(RAW_FILE_KEPT),
+            sqlite_where=text(RAW_FILE_KEPT),
         ),
         Index(
             "ix_transactions_unfed",

@@ -19,6 +19,7 @@ branch_labels = None
 depends_on = None
 
 TIME = headwater.db.UTCDateTime(timezone=True)
+RAW_FILE_KEPT = "kind = 'file' AND NOT file_erased"
 
 
 def upgrade() -> None:
@@ -103,6 +104,13 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("file_erased", sa.Boolean(), nullable=False, server_default=sa.false())
         )
+    op.create_index(
+        "ix_transactions_raw_files",
+        "transactions",
+        ["completed_at"],
+        postgresql_where=sa.text(RAW_FILE_KEPT),
+        sqlite_where=sa.text(RAW_FILE_KEPT),
+    )
     op.add_column("records", sa.Column("subject", sa.LargeBinary(16), nullable=True))
     op.create_index(
         "ix_records_subject",
@@ -120,6 +128,7 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_quarantined_rows_dataset_pk_seq"), "quarantined_rows")
     op.drop_index("ix_records_subject", "records")
     op.drop_column("records", "subject")
+    op.drop_index("ix_transactions_raw_files", "transactions")
     with op.batch_alter_table("transactions") as batch:
         batch.drop_column("file_erased")
         batch.drop_column("records_suppressed")
