@@ -38,6 +38,7 @@ SCOPES = [
     "activities:read",
     "events:read",
     "webhooks:manage",
+    "data:erase",
 ]
 # Retries in tests wait milliseconds, not seconds, unless the service asks for more.
 FAST = RetryPolicy(max_retries=4, backoff_base=0.02, backoff_max=0.2)

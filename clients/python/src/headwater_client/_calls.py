@@ -20,12 +20,14 @@ from headwater_client.models import (
     Category,
     Changes,
     Dataset,
+    Erasure,
     Export,
     Page,
     Preview,
     QuarantinedRow,
     Record,
     Resource,
+    Suppression,
     Template,
     Token,
     Transaction,
@@ -589,3 +591,46 @@ def exports(
     """The company's exports, newest first; `status` queued, running, completed or failed."""
     params = query(client_id=client_id, dataset_id=dataset_id, status=status, page_size=page_size)
     return pages(Export, EXPORTS, params)
+
+
+# --- data subjects (scope `data:erase`) ----------------------------------------------------
+
+ERASURES = "/platform/v1/erasures"
+SUPPRESSIONS = "/platform/v1/suppressions"
+
+
+def create_erasure(
+    subjects: list[str],
+    *,
+    client_id: str | None = None,
+    dataset_id: str | None = None,
+    suppress: bool = False,
+) -> Call[Erasure]:
+    """Queue an erasure of 1-1000 subjects (every client the token may use, or one
+    client, or one dataset of it); `suppress` refuses their later records too."""
+    body: dict[str, Any] = {"subjects": list(subjects), "suppress": suppress}
+    if client_id is not None:
+        body["client_id"] = client_id
+    if dataset_id is not None:
+        body["dataset_id"] = dataset_id
+    return resource("POST", ERASURES, Erasure, json=body)
+
+
+def erasure(erasure_id: str) -> Call[Erasure]:
+    """One erasure, with what it removed so far."""
+    return resource("GET", f"{ERASURES}/{segment(erasure_id)}", Erasure)
+
+
+def erasures(*, status: str | None = None, page_size: int = 100) -> PageCall[Erasure]:
+    """The company's erasures, newest first."""
+    return pages(Erasure, ERASURES, query(status=status, page_size=page_size))
+
+
+def suppressions(*, page_size: int = 100) -> PageCall[Suppression]:
+    """The company's suppressions, newest first."""
+    return pages(Suppression, SUPPRESSIONS, query(page_size=page_size))
+
+
+def lift_suppression(suppression_id: str) -> Call[None]:
+    """Lift a suppression: the subject's records are stored again."""
+    return Call("DELETE", f"{SUPPRESSIONS}/{segment(suppression_id)}", lambda _response: None)

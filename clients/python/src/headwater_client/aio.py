@@ -236,6 +236,11 @@ class AsyncClient(BaseClient):
     get_transform_version = afetch(calls.transform_version)
     set_transforms = afetch(calls.set_transforms)
     preview_transforms = afetch(calls.preview_transforms)
+    create_erasure = afetch(calls.create_erasure)
+    get_erasure = afetch(calls.erasure)
+    list_erasures = alisting(calls.erasures)
+    list_suppressions = alisting(calls.suppressions)
+    lift_suppression = afetch(calls.lift_suppression)
 
     stream_records = andjson_records(calls.record_stream)
 

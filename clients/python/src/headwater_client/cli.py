@@ -48,7 +48,7 @@ from headwater_client.errors import (
     WaitTimeout,
 )
 from headwater_client.files import read_records
-from headwater_client.models import Export, PushResult, Resource, Transaction
+from headwater_client.models import Erasure, Export, PushResult, Resource, Transaction
 
 ResourceT = TypeVar("ResourceT", bound=Resource)
 
@@ -307,7 +307,7 @@ def _print_transaction(transaction: Transaction, *, as_json: bool) -> None:
     names = ["transaction_id", "kind", "channel", "status", "client_id", "dataset_id"]
     names += ["schema_version", "transform_version"]
     names += ["records_received", "records_processed", "records_accepted", "records_rejected"]
-    names += ["records_filtered", "records_duplicates", "error_count"]
+    names += ["records_filtered", "records_duplicates", "records_suppressed", "error_count"]
     if transaction.kind == "file":
         names += ["file_name", "file_size", "content_type", "uploaded_at", "started_at"]
     _fields(transaction, *names, "created_at", "completed_at")
@@ -446,6 +446,82 @@ def _print_export(exported: Export, *, as_json: bool) -> None:
     )
     if exported.error:
         err.print(f"error: {exported.error}", style="red")
+
+
+def _subjects(args: argparse.Namespace) -> list[str]:
+    """The subjects named, or read from a file a line each (`-` for stdin)."""
+    subjects = list(args.subject)
+    if args.from_file:
+        stream = sys.stdin if args.from_file == "-" else open(args.from_file)  # noqa: SIM115
+        with stream:
+            subjects += [line.strip() for line in stream if line.strip()]
+    if not subjects:
+        raise SystemExit("name at least one subject, or give --from-file")
+    return subjects
+
+
+def cmd_erase(client: Client, args: argparse.Namespace) -> None:
+    subjects = _subjects(args)
+    erase = functools.partial(
+        client.erase,
+        subjects,
+        client_id=args.client_id,
+        dataset_id=args.dataset_id,
+        suppress=args.suppress,
+        timeout=args.timeout,
+    )
+    if not args.wait:
+        _print_erasure(erase(), as_json=args.json)
+        return
+    with _progress(TextColumn("{task.description}")) as bar:
+        task = bar.add_task("erasing", total=None)
+
+        def progress(erasure: Erasure) -> None:
+            counts = erasure.counts
+            done = (
+                ""
+                if counts is None
+                else (
+                    f": {counts.records:,} records, {counts.quarantined_rows:,} quarantined rows, "
+                    f"{counts.files:,} files, {counts.exports:,} exports"
+                )
+            )
+            bar.update(task, description=f"erasure {erasure.status}{done}")
+
+        erased = erase(wait=True, progress=progress)
+    _print_erasure(erased, as_json=args.json)
+
+
+def _print_erasure(erasure: Erasure, *, as_json: bool) -> None:
+    if as_json:
+        _print_json(erasure.to_json())
+        return
+    _fields(erasure, "erasure_id", "status", "subject_count", "suppress", "completed_at")
+    if erasure.counts is not None:
+        _fields(erasure.counts, "records", "quarantined_rows", "files", "exports", title="removed")
+    if erasure.error:
+        err.print(f"error: {erasure.error}", style="red")
+
+
+def cmd_erasures_list(client: Client, args: argparse.Namespace) -> None:
+    columns = ["erasure_id", "status", "subject_count", "suppress", "created_at"]
+    _rows(
+        _limited(client.list_erasures(status=args.status), args.limit), columns, as_json=args.json
+    )
+
+
+def cmd_erasures_show(client: Client, args: argparse.Namespace) -> None:
+    _print_erasure(client.get_erasure(args.erasure_id), as_json=args.json)
+
+
+def cmd_suppressions_list(client: Client, args: argparse.Namespace) -> None:
+    columns = ["suppression_id", "erasure_id", "client_id", "dataset_id", "created_at"]
+    _rows(_limited(client.list_suppressions(), args.limit), columns, as_json=args.json)
+
+
+def cmd_suppressions_lift(client: Client, args: argparse.Namespace) -> None:
+    client.lift_suppression(args.suppression_id)
+    err.print(f"lifted {args.suppression_id}: the subject's records are stored again")
 
 
 def cmd_records_export(client: Client, args: argparse.Namespace) -> None:
@@ -816,6 +892,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     fetched.add_argument("export_id")
     fetched.add_argument("file")
+
+    erase = command(
+        commands, "erase", cmd_erase, "erase data subjects everywhere (scope data:erase)"
+    )
+    erase.add_argument("subject", nargs="*", help="a value at the datasets' subject_key")
+    erase.add_argument("--from-file", help="more subjects, one a line (- for stdin)")
+    erase.add_argument("-c", "--client-id", help="only this ingestion client's datasets")
+    erase.add_argument("-d", "--dataset-id", help="only this dataset (with --client-id)")
+    erase.add_argument("--suppress", action="store_true", help="refuse their later records")
+    erase.add_argument("--wait", action="store_true", help="wait until every copy is gone")
+    erase.add_argument("--timeout", type=float, default=600, help="seconds to wait (600)")
+    erasures = commands.add_parser("erasures", help="erasures of data subjects").add_subparsers(
+        required=True, metavar="COMMAND"
+    )
+    listed = command(erasures, "list", cmd_erasures_list, "the company's erasures, newest first")
+    listed.add_argument("--status", choices=["queued", "running", "completed", "failed"])
+    limit_option(listed)
+    shown = command(erasures, "show", cmd_erasures_show, "one erasure, with its counts")
+    shown.add_argument("erasure_id")
+    suppressions = commands.add_parser(
+        "suppressions", help="suppressed data subjects"
+    ).add_subparsers(required=True, metavar="COMMAND")
+    listed = command(suppressions, "list", cmd_suppressions_list, "suppressions, newest first")
+    limit_option(listed)
+    lifted = command(suppressions, "lift", cmd_suppressions_lift, "store a subject's records again")
+    lifted.add_argument("suppression_id")
 
     categories = commands.add_parser("categories", help="workflow categories").add_subparsers(
         required=True, metavar="COMMAND"

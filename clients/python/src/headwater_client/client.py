@@ -19,6 +19,7 @@ from headwater_client._calls import Call
 from headwater_client._retry import Attempts
 from headwater_client.errors import (
     APIError,
+    ErasureFailed,
     ExportFailed,
     PayloadTooLarge,
     PushRejected,
@@ -31,6 +32,7 @@ from headwater_client.filters import DateTime
 from headwater_client.models import (
     BatchResult,
     Changes,
+    Erasure,
     Export,
     PushResult,
     Token,
@@ -263,6 +265,65 @@ class Client(BaseClient):
     create_export = fetch(calls.create_export)
     get_export = fetch(calls.export)
     list_exports = listing(calls.exports)
+
+    # Data subjects (scope `data:erase`)
+
+    create_erasure = fetch(calls.create_erasure)
+    get_erasure = fetch(calls.erasure)
+    list_erasures = listing(calls.erasures)
+    list_suppressions = listing(calls.suppressions)
+    lift_suppression = fetch(calls.lift_suppression)
+
+    def erase(
+        self,
+        subjects: list[str],
+        *,
+        client_id: str | None = None,
+        dataset_id: str | None = None,
+        suppress: bool = False,
+        wait: bool = False,
+        progress: Callable[[Erasure], None] | None = None,
+        timeout: float = 600.0,
+    ) -> Erasure:
+        """Erase data subjects everywhere in the service (1000 a call: more are sent in
+        several erasures, the last one answered). With `wait`, answers once it is
+        completed (`ErasureFailed` if it failed, `WaitTimeout` after `timeout`), calling
+        `progress(erasure)` at each look."""
+        if not subjects:
+            raise ValueError("no subjects to erase")
+        erasure: Erasure | None = None
+        for start in range(0, len(subjects), 1000):
+            erasure = self._send(
+                calls.create_erasure(
+                    subjects[start : start + 1000],
+                    client_id=client_id,
+                    dataset_id=dataset_id,
+                    suppress=suppress,
+                )
+            )
+            if wait:
+                erasure = self._wait_erasure(erasure, progress, timeout)
+        assert erasure is not None
+        return erasure
+
+    def _wait_erasure(
+        self, erasure: Erasure, progress: Callable[[Erasure], None] | None, timeout: float
+    ) -> Erasure:
+        deadline = time.monotonic() + timeout
+        pause = 0.1
+        while True:
+            if progress is not None:
+                progress(erasure)
+            if erasure.finished:
+                break
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(f"erasure {erasure.erasure_id} is still {erasure.status}")
+            time.sleep(pause)
+            pause = min(pause * 1.5, WAIT_STEP / 4)
+            erasure = self.get_erasure(erasure.erasure_id)
+        if erasure.status == "failed":
+            raise ErasureFailed(f"erasure {erasure.erasure_id} failed: {erasure.error}")
+        return erasure
 
     def follow(
         self,

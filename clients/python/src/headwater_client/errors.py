@@ -28,6 +28,10 @@ class WaitTimeout(HeadwaterError):
     """A transaction (or an export) did not reach a final status in the time given."""
 
 
+class ErasureFailed(HeadwaterError):
+    """An erasure ended `failed` (the service retries it first; ask again)."""
+
+
 class ExportFailed(HeadwaterError):
     """An export failed (its `error` says why), or has no file to download."""
 

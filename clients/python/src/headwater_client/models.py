@@ -194,6 +194,8 @@ class Transaction(Resource):
     transform_version: int | None
     records_filtered: int | None
     records_duplicates: int | None
+    records_suppressed: int | None = None
+    file_erased: bool | None = None
 
     @property
     def finished(self) -> bool:
@@ -396,3 +398,45 @@ class Export(Resource):
     @property
     def finished(self) -> bool:
         return self.status in ("completed", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureCounts(Resource):
+    records: int
+    quarantined_rows: int
+    files: int
+    exports: int
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure(Resource):
+    """A request to erase data subjects everywhere (scope `data:erase`): `completed` once
+    every copy inside the service is gone; `counts` says what went."""
+
+    erasure_id: str
+    status: str
+    subject_count: int
+    suppress: bool
+    client_id: str | None = None
+    dataset_id: str | None = None
+    counts: ErasureCounts | None = None
+    error: str | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("completed", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Suppression(Resource):
+    """A subject whose later records are not stored (only its id: the subject itself is
+    not kept)."""
+
+    suppression_id: str
+    erasure_id: str
+    client_id: str | None = None
+    dataset_id: str | None = None
+    created_at: datetime | None = None
