@@ -140,6 +140,7 @@ PAGES = [
     "docs/channels.md",
     "docs/events-and-webhooks.md",
     "docs/downstream.md",
+    "docs/data-subjects.md",
     "docs/workflows-and-activity.md",
     "docs/clients-and-cli.md",
     "docs/configuration.md",

@@ -43,6 +43,7 @@ EVERY_SCOPE = [
     "activities:read",
     "events:read",
     "webhooks:manage",
+    "data:erase",
 ]
 # A literal public address needs no DNS; the endpoint is disabled at once, so nothing is
 # ever sent to it (no worker claims a disabled endpoint's deliveries).
@@ -90,6 +91,15 @@ class Company:
         )
         assert export.status_code == 202, export.text
         self.export = export.json()["export_id"]
+        erasure = client.post(
+            "/platform/v1/erasures",
+            json={"subjects": ["nobody@example.com"], "suppress": True},
+            headers=self.headers,
+        )
+        assert erasure.status_code == 202, erasure.text
+        self.erasure = erasure.json()["erasure_id"]
+        suppressions = client.get("/platform/v1/suppressions", headers=self.headers).json()
+        self.suppression = suppressions["data"][0]["suppression_id"]
 
 
 @dataclass(frozen=True)
@@ -284,6 +294,18 @@ MATRIX = [
     ),
     Row("GET", "/platform/v1/exports/{export_id}", "/platform/v1/exports/{export}"),
     Row("GET", "/platform/v1/exports", "/platform/v1/exports", params={"client_id": "{client_id}"}),
+    Row(
+        "POST",
+        "/platform/v1/erasures",
+        "/platform/v1/erasures",
+        body={"subjects": ["S-1"], "client_id": "{client_id}", "suppress": True},
+    ),
+    Row("GET", "/platform/v1/erasures/{erasure_id}", "/platform/v1/erasures/{erasure}"),
+    Row(
+        "DELETE",
+        "/platform/v1/suppressions/{suppression_id}",
+        "/platform/v1/suppressions/{suppression}",
+    ),
 ]
 
 # Operations that name no company resource: lists of one's own company (checked below),
@@ -291,7 +313,8 @@ MATRIX = [
 NOT_IN_MATRIX = re.compile(
     r"^(/admin/|/oauth/|/\.well-known/|/healthz|/readyz|/metrics|/uploads/|/downloads/|/hooks/"
     r"|/platform/v1/whoami$|/app/v1/workflow_categories$|/app/v1/workflow_templates$"
-    r"|/platform/v1/events$|/platform/v1/webhook_endpoints$)"
+    r"|/platform/v1/events$|/platform/v1/webhook_endpoints$|/platform/v1/erasures$"
+    r"|/platform/v1/suppressions$)"
 )
 
 
@@ -318,13 +341,26 @@ def _ids(company: Company) -> dict[str, str]:
             "client_id",
             "hook",
             "export",
+            "erasure",
+            "suppression",
         )
     }
 
 
 MISSING = {
     **dict.fromkeys(
-        ("category", "template", "workflow", "task", "pushed", "file", "hook", "export"),
+        (
+            "category",
+            "template",
+            "workflow",
+            "task",
+            "pushed",
+            "file",
+            "hook",
+            "export",
+            "erasure",
+            "suppression",
+        ),
         MISSING_UUID,
     ),
     "client_id": MISSING_CLIENT,
@@ -414,6 +450,8 @@ def test_own_lists_hold_nothing_of_another_company(
         "/platform/v1/transactions",
         "/platform/v1/datasets",
         "/platform/v1/webhook_endpoints",
+        "/platform/v1/erasures",
+        "/platform/v1/suppressions",
     ):
         listed = client.get(path, params={"page_size": 100}, headers=b.headers)
         assert listed.status_code == 200, listed.text
