@@ -265,8 +265,8 @@ def main() -> None:
                 start += count
                 seconds, counts = erase(url, eraser, subjects)
                 anchor = None
-                if database_url:
-                    anchor, _ = bare_delete(database_url, counts["records"], args.subjects // 2)
+                if database_url and counts["records"]:
+                    anchor, _ = bare_delete(database_url, counts["records"], 0)
                 erasures.append((count, seconds, counts, anchor))
             # (c) pushes to `other` with and without erasures running (A B A B)
             pool = iter(range(start, args.subjects))

@@ -146,6 +146,8 @@ class Settings(BaseSettings):
     erasure_workers: int = Field(1, ge=0, le=8)  # erasures run at once per worker process
     erasure_job_stale_seconds: float = Field(120.0, gt=0)
     erasure_max_attempts: int = Field(5, ge=1)
+    # the share of the time a running erasure works (it rests between its steps)
+    erasure_duty: float = Field(0.25, gt=0, le=1)
     # a final transaction's raw file is removed this many days after it ended
     raw_file_retention_days: int = Field(30, ge=1, le=3650)
 

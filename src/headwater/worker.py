@@ -484,7 +484,12 @@ def erase_one(runtime: Runtime, worker: str, stop: threading.Event | None = None
             max_attempts=settings.erasure_max_attempts,
         ),
         lambda erasure_id: runner.run(
-            runtime.db, runtime.store, erasure_id, worker=worker, stop=stop
+            runtime.db,
+            runtime.store,
+            erasure_id,
+            worker=worker,
+            stop=stop,
+            duty=settings.erasure_duty,
         ),
         lambda erasure_id, **how: subjects.release(runtime.db, erasure_id, worker=worker, **how),
         runner.Interrupted,

@@ -17,6 +17,7 @@ finishes, nothing erased twice and nothing missed:
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -42,6 +43,7 @@ log = structlog.get_logger("headwater.subjects")
 
 RECORD_BATCH = 5000
 FILE_BATCH = 100
+MAX_REST = 2.0  # seconds: the longest rest between two steps
 
 
 class Interrupted(Exception):
@@ -60,6 +62,7 @@ class _Run:
         erasure: Any,
         worker: str,
         stop: threading.Event | None,
+        duty: float,
     ) -> None:
         self.db, self.store, self.erasure, self.worker, self.stop = (
             db,
@@ -68,12 +71,24 @@ class _Run:
             worker,
             stop,
         )
+        self.duty = duty
+        self.resumed = time.monotonic()
         self.id: uuid.UUID = erasure.id
         self.company_id: uuid.UUID = erasure.company_id
         self.digests = [bytes.fromhex(digest) for digest in erasure.digests]
 
+    def pace(self) -> None:
+        """Rest between steps so that the erasure works at most `duty` of the time (as
+        PostgreSQL's vacuum_cost_delay paces a vacuum): pushes and files of every
+        company keep their speed while it runs, and it still ends within seconds."""
+        worked = time.monotonic() - self.resumed
+        if self.duty < 1.0 and worked > 0:
+            time.sleep(min(worked * (1 - self.duty) / self.duty, MAX_REST))
+        self.resumed = time.monotonic()
+
     def own(self, connection: Connection) -> None:
         """Renew the claim (raising Lost if it is gone) and stop if asked to."""
+        self.pace()
         if not jobs.renew(connection, QUEUE, self.id, worker=self.worker):
             raise Lost
         if self.stop is not None and self.stop.is_set():
@@ -242,13 +257,15 @@ def run(
     *,
     worker: str,
     stop: threading.Event | None = None,
+    duty: float = 1.0,
 ) -> None:
-    """Run a claimed erasure to completion (see the module's steps)."""
+    """Run a claimed erasure to completion (see the module's steps), working at most
+    `duty` of the time (`HEADWATER_ERASURE_DUTY`)."""
     with db.read_connection() as connection:
         erasure = connection.execute(
             select(Erasure.__table__).where(Erasure.id == erasure_id)
         ).one()
-    job = _Run(db, store, erasure, worker, stop)
+    job = _Run(db, store, erasure, worker, stop, duty)
     try:
         covered = job.datasets()
         for dataset in covered:
