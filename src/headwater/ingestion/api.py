@@ -400,10 +400,25 @@ def subject_digests(
 
 def subject_matcher(connection: Connection, company_id: uuid.UUID, digests: Sequence[bytes]) -> Any:
     """A test of a whole value: whether its digest, under the company's key, is one of
-    `digests` (an erasure's, for its quarantined rows)."""
+    `digests` (an erasure's, for its quarantined rows). Answers are remembered (most
+    values of a dataset's rows repeat: a currency, a country, a channel), at most
+    `MATCHES_KEPT` of them."""
     matcher = subjects.Subjects((), hashkeys.key(connection, company_id))
     wanted = frozenset(digests)
-    return lambda value: matcher.digest(value) in wanted
+    known: dict[str, bool] = {}
+
+    def matches(value: str) -> bool:
+        found = known.get(value)
+        if found is None:
+            found = matcher.digest(value) in wanted
+            if len(known) < MATCHES_KEPT:
+                known[value] = found
+        return found
+
+    return matches
+
+
+MATCHES_KEPT = 100_000
 
 
 def _suppressions(company_id: uuid.UUID, client_ids: Sequence[str]) -> Any:
