@@ -322,3 +322,26 @@ def test_a_follower_that_mirrors_the_feed_ends_with_exactly_the_records_that_exi
     assert fresh == existing
     erased_ids = {e["record_id"] for e in feed if e.get("erased")}
     assert not erased_ids & set(existing)
+
+
+def test_quarantined_lines_that_are_not_json_are_matched_by_their_cells(
+    subject_tenant: SubjectTenant,
+) -> None:
+    """A line that could not be read is kept as its text: a subject that is a whole JSON
+    string in it (or a CSV cell of it) is found; a subject inside a longer value is not."""
+    body = (
+        f'{{"order_id": "A-1", "amount": 1, "customer-email": "{ADA}"}}\n'
+        f'{{"order_id": "A-2", "customer-email": "{ADA}", "amount": \n'
+        f'{{"order_id": "A-3", "amount": "x", "customer-email": "not-{ADA}"}}\n'
+    )
+    uploaded = subject_tenant.upload(
+        body, content_type="application/x-ndjson", file_name="o.ndjson"
+    )
+    assert uploaded["records_rejected"] == 2, uploaded
+    done = subject_tenant.erased(ADA)
+    assert (done["counts"]["records"], done["counts"]["quarantined_rows"]) == (1, 1)
+    rows = subject_tenant.client.get(
+        f"/platform/v1/transactions/{uploaded['transaction_id']}/quarantine",
+        headers=subject_tenant.headers,
+    ).json()["data"]
+    assert [row["line"] for row in rows] == [3]

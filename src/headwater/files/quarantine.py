@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, Text, cast, delete, select, update
 from sqlalchemy.orm import Session
 
 from headwater.db import Database
@@ -147,14 +148,26 @@ ERASE_SCAN = 1000
 def _values(row: Any) -> list[str]:
     """A quarantined row's whole values: its JSON strings (and integers), or the cells of
     a line that could not be read (as JSON if it is JSON, else as CSV)."""
-    if row.data is not None:
-        return list(ingestion.whole_values(row.data))
+    data = None if row.data is None else orjson.loads(row.data)  # its JSON text: orjson
+    if data is not None:
+        return list(ingestion.whole_values(data))
     if not row.raw:
         return []
     try:
         return list(ingestion.whole_values(orjson.loads(row.raw)))
     except orjson.JSONDecodeError:
-        return [cell for line in csv.reader(io.StringIO(row.raw)) for cell in line]
+        pass
+    # a line that is not JSON: its JSON string literals, and its CSV cells
+    found = [cell for line in csv.reader(io.StringIO(row.raw)) for cell in line]
+    for literal in _JSON_STRING.findall(row.raw):
+        try:
+            found.append(orjson.loads(literal))
+        except orjson.JSONDecodeError:
+            continue
+    return found
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 def erase_rows(
@@ -172,7 +185,7 @@ def erase_rows(
         select(
             QuarantinedRow.seq,
             QuarantinedRow.transaction_id,
-            QuarantinedRow.data,
+            cast(QuarantinedRow.data, Text).label("data"),
             QuarantinedRow.raw,
         )
         .where(QuarantinedRow.dataset_pk == dataset_pk, QuarantinedRow.seq > after)
