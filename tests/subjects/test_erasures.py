@@ -345,3 +345,14 @@ def test_quarantined_lines_that_are_not_json_are_matched_by_their_cells(
         headers=subject_tenant.headers,
     ).json()["data"]
     assert [row["line"] for row in rows] == [3]
+
+
+def test_a_preview_says_when_a_subject_is_suppressed(subject_tenant: SubjectTenant) -> None:
+    subject_tenant.erased(ADA, suppress=True)
+    response = subject_tenant.client.post(
+        f"/admin/v1/clients/{subject_tenant.client_id}/datasets/orders/transforms/preview",
+        json={"records": [customer(1, ADA), customer(2, BOB)]},
+        headers=subject_tenant.admin,
+    )
+    assert response.status_code == 200, response.text
+    assert [r["outcome"] for r in response.json()["results"]] == ["suppressed", "stored"]

@@ -431,8 +431,10 @@ PREVIEW_INVALID: dict[str, Any] = {
 
 
 class PreviewResult(Output):
-    outcome: Literal["stored", "filtered", "duplicate", "invalid"] = Field(
-        description="What a push of the record would do now.", examples=["stored"]
+    outcome: Literal["stored", "filtered", "duplicate", "suppressed", "invalid"] = Field(
+        description="What a push of the record would do now (`suppressed`: its subject is "
+        "suppressed by an erasure, contract section 17).",
+        examples=["stored"],
     )
     output: dict[str, Any] | None = Field(
         description="The record as it would be stored (null unless `stored`).",

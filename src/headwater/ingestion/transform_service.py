@@ -191,8 +191,11 @@ def _judge(
             results.append(PreviewResult(outcome="invalid", output=None, errors=errors))
             continue
         output, digest = (cleaned, None) if run is None else run.run(cleaned)
+        subjects = compiled.subjects
         if output is None:
             results.append(PreviewResult(outcome="filtered", output=None, errors=[]))
+        elif subjects is not None and subjects.of(output) in subjects.suppressed:
+            results.append(PreviewResult(outcome="suppressed", output=None, errors=[]))
         elif digest is not None and digest in seen:
             results.append(PreviewResult(outcome="duplicate", output=None, errors=[]))
         else:
