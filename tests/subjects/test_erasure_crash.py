@@ -55,7 +55,7 @@ runtime = build_runtime(Settings())
 if step == "records":
     wrap(runner.ingestion, "remove_subjects", before=1)
 elif step == "rows":
-    wrap(runner.quarantine, "erase_rows")
+    wrap(runner.quarantine, "remove_rows")
 elif step == "files":
     wrap(runtime.store, "delete")
 elif step == "exports":

@@ -170,17 +170,18 @@ def _values(row: Any) -> list[str]:
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
-def erase_rows(
+def matching_rows(
     connection: Connection,
     dataset_pk: uuid.UUID,
     matches: Callable[[str], bool],
     *,
     after: int,
     limit: int = ERASE_SCAN,
-) -> tuple[list[uuid.UUID], int | None]:
-    """Look at up to `limit` of the dataset's quarantined rows after `seq` `after` and
-    remove those in which a value `matches`: the transactions of the rows removed (one
-    a row), and the last `seq` looked at (None: there are no more)."""
+) -> tuple[list[tuple[int, uuid.UUID]], int | None]:
+    """Look at up to `limit` of the dataset's quarantined rows after `seq` `after`: those
+    in which a value `matches` (seq, transaction), and the last `seq` looked at (None:
+    there are no more). A read: the caller removes them (`remove_rows`) in a short write
+    of its own, so no writer waits while rows are parsed (SQLite has one)."""
     rows = connection.execute(
         select(
             QuarantinedRow.seq,
@@ -194,12 +195,14 @@ def erase_rows(
     ).all()
     if not rows:
         return [], None
-    hit = [row for row in rows if any(map(matches, _values(row)))]
-    if hit:
-        connection.execute(
-            delete(QuarantinedRow).where(QuarantinedRow.seq.in_([row.seq for row in hit]))
-        )
-    return [row.transaction_id for row in hit], rows[-1].seq
+    hit = [(row.seq, row.transaction_id) for row in rows if any(map(matches, _values(row)))]
+    return hit, rows[-1].seq
+
+
+def remove_rows(connection: Connection, seqs: Sequence[int]) -> int:
+    """Remove these quarantined rows (those still there); how many."""
+    result = connection.execute(delete(QuarantinedRow).where(QuarantinedRow.seq.in_(list(seqs))))
+    return int(result.rowcount)
 
 
 def remove_of(connection: Connection, transaction_ids: Sequence[uuid.UUID]) -> int:

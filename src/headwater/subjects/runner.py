@@ -44,6 +44,7 @@ log = structlog.get_logger("headwater.subjects")
 RECORD_BATCH = 5000
 FILE_BATCH = 100
 MAX_REST = 2.0  # seconds: the longest rest between two steps
+RENEW_SECONDS = 10.0  # a scan that finds nothing renews its claim this often
 
 
 class Interrupted(Exception):
@@ -72,7 +73,7 @@ class _Run:
             stop,
         )
         self.duty = duty
-        self.resumed = time.monotonic()
+        self.resumed = self.renewed = time.monotonic()
         self.id: uuid.UUID = erasure.id
         self.company_id: uuid.UUID = erasure.company_id
         self.digests = [bytes.fromhex(digest) for digest in erasure.digests]
@@ -91,6 +92,7 @@ class _Run:
         self.pace()
         if not jobs.renew(connection, QUEUE, self.id, worker=self.worker):
             raise Lost
+        self.renewed = time.monotonic()
         if self.stop is not None and self.stop.is_set():
             raise Interrupted
 
@@ -161,14 +163,19 @@ class _Run:
             matches = ingestion.subject_matcher(connection, self.company_id, self.digests)
         after: int | None = 0
         while after is not None:
-            with self.db.begin() as connection:
-                self.own(connection)
-                hit, after = quarantine.erase_rows(
+            self.pace()
+            with self.db.read_connection() as connection:
+                hit, after = quarantine.matching_rows(
                     connection, dataset.dataset_pk, matches, after=after
                 )
-                if hit:
-                    self.note(connection, dataset.dataset_pk, dict.fromkeys(hit))
-                    self.add(connection, quarantined_rows=len(hit))
+            if not hit and time.monotonic() - self.renewed < RENEW_SECONDS:
+                continue
+            with self.db.begin() as connection:
+                self.own(connection)
+                removed = quarantine.remove_rows(connection, [seq for seq, _ in hit])
+                if removed:
+                    self.note(connection, dataset.dataset_pk, dict.fromkeys(t for _, t in hit))
+                    self.add(connection, quarantined_rows=removed)
 
     def files(self) -> None:
         while True:
