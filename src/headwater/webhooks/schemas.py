@@ -12,6 +12,7 @@ from headwater.exports.schemas import EXAMPLE as EXPORT_EXAMPLE
 from headwater.kit.clock import InputDateTime, Timestamp
 from headwater.kit.pagination import Digits, PageQuery
 from headwater.kit.schemas import Input, Output
+from headwater.subjects.schemas import EXAMPLE as ERASURE_EXAMPLE
 
 EventTypeName = Literal[TYPES]  # type: ignore[valid-type]
 Subscription = Literal[("*", *TYPES)]  # type: ignore[valid-type]
@@ -155,22 +156,7 @@ EVENT_EXAMPLES: dict[str, dict[str, Any]] = {
             "reason": "every attempt failed for 5 days",
         },
     ),
-    "erasure.completed": _event(
-        "erasure.completed",
-        {
-            "erasure_id": "0b8f3c52-6a1e-4b9d-a2f1-5d0e7c9b4a10",
-            "status": "completed",
-            "subject_count": 1,
-            "suppress": True,
-            "client_id": "acme-crm",
-            "dataset_id": None,
-            "counts": {"records": 3, "quarantined_rows": 1, "files": 1, "exports": 0},
-            "error": None,
-            "created_at": "2026-11-28T09:30:00.000Z",
-            "started_at": "2026-11-28T09:30:00.120Z",
-            "completed_at": "2026-11-28T09:30:00.480Z",
-        },
-    ),
+    "erasure.completed": _event("erasure.completed", ERASURE_EXAMPLE),
 }
 
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 import httpx
 
@@ -309,18 +309,13 @@ class Client(BaseClient):
     def _wait_erasure(
         self, erasure: Erasure, progress: Callable[[Erasure], None] | None, timeout: float
     ) -> Erasure:
-        deadline = time.monotonic() + timeout
-        pause = 0.1
-        while True:
-            if progress is not None:
-                progress(erasure)
-            if erasure.finished:
-                break
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(f"erasure {erasure.erasure_id} is still {erasure.status}")
-            time.sleep(pause)
-            pause = min(pause * 1.5, WAIT_STEP / 4)
-            erasure = self.get_erasure(erasure.erasure_id)
+        erasure = _until_finished(
+            erasure,
+            lambda: self.get_erasure(erasure.erasure_id),
+            f"erasure {erasure.erasure_id}",
+            timeout,
+            progress,
+        )
         if erasure.status == "failed":
             raise ErasureFailed(f"erasure {erasure.erasure_id} failed: {erasure.error}")
         return erasure
@@ -394,14 +389,10 @@ class Client(BaseClient):
         )
         if not wait:
             return exported
-        deadline = time.monotonic() + timeout
-        pause = 0.2
-        while not exported.finished:
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(f"export {exported.export_id} is still {exported.status}")
-            time.sleep(pause)
-            pause = min(pause * 1.5, WAIT_STEP / 4)
-            exported = self.get_export(exported.export_id)
+        export_id = exported.export_id
+        exported = _until_finished(
+            exported, lambda: self.get_export(export_id), f"export {export_id}", timeout
+        )
         if exported.status == "failed":
             raise ExportFailed(f"export {exported.export_id} failed: {exported.error}")
         if path is not None:
@@ -457,3 +448,37 @@ class Client(BaseClient):
     list_webhook_deliveries = listing(calls.webhook_deliveries)
     replay_webhooks = fetch(calls.replay_webhooks)
     send_webhook_test = fetch(calls.test_webhook)
+
+
+class _Job(Protocol):
+    @property
+    def finished(self) -> bool: ...
+
+    @property
+    def status(self) -> str: ...
+
+
+J = TypeVar("J", bound=_Job)
+
+
+def _until_finished(
+    job: J,
+    read: Callable[[], J],
+    name: str,
+    timeout: float,
+    progress: Callable[[J], None] | None = None,
+) -> J:
+    """Read a job the service runs (an export, an erasure) until it is finished, waiting
+    longer between reads (WaitTimeout after `timeout`); `progress` sees each read."""
+    deadline = time.monotonic() + timeout
+    pause = 0.1
+    while True:
+        if progress is not None:
+            progress(job)
+        if job.finished:
+            return job
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(f"{name} is still {job.status}")
+        time.sleep(pause)
+        pause = min(pause * 1.5, WAIT_STEP / 4)
+        job = read()
