@@ -11,7 +11,7 @@ from sqlalchemy import inspect, select, text
 from starlette.testclient import TestClient
 
 from headwater.runtime import Runtime
-from tests.downstream.test_exports import ask, read, run_exports
+from tests.downstream.test_exports import ask, export, read, run_exports
 from tests.factories import assert_problem, auth, create_credential, get_token
 from tests.files.conftest import CSV_HEADER
 from tests.subjects.conftest import SubjectTenant, customer, run_erasures
@@ -87,8 +87,8 @@ def test_an_erasure_removes_every_copy_and_counts_them(subject_tenant: SubjectTe
     assert rows["data"] == []
     assert subject_tenant.transaction(made["ada_file"]["transaction_id"])["records_accepted"] == 2
     # the export that held her records answers erased, with no download
-    export = read(subject_tenant, made["export"]["export_id"])
-    assert export["status"] == "erased" and export["download_url"] is None
+    held = read(subject_tenant, made["export"]["export_id"])
+    assert held["status"] == "erased" and held["download_url"] is None
     # the feed: Bob's records, and each of Ada's once more, erased, after them
     feed, _ = subject_tenant.follow()
     live = [r for r in feed if not r.get("erased")]
@@ -96,6 +96,10 @@ def test_an_erasure_removes_every_copy_and_counts_them(subject_tenant: SubjectTe
     tombstones = [r for r in feed if r.get("erased")]
     assert {t["record_id"] for t in tombstones} == ada_ids
     assert all(set(t) == {"record_id", "erased"} for t in tombstones)
+    # a new export holds Bob's records only
+    for format in ("ndjson", "csv"):
+        _, body = export(subject_tenant, format=format)
+        assert ADA not in body.decode() and body.decode().count(BOB) == 3
 
 
 def _object_key(tenant: SubjectTenant, transaction_id: str) -> str:
