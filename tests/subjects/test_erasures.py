@@ -360,3 +360,45 @@ def test_a_preview_says_when_a_subject_is_suppressed(subject_tenant: SubjectTena
     )
     assert response.status_code == 200, response.text
     assert [r["outcome"] for r in response.json()["results"]] == ["suppressed", "stored"]
+
+
+def test_a_token_limited_to_one_client_erases_and_suppresses_within_it(
+    subject_tenant: SubjectTenant, client: TestClient, admin: dict[str, str]
+) -> None:
+    """Two clients of one company hold Ada; a token that may use only the first erases
+    and suppresses her there, and the second client's records are left as they were."""
+    from tests.factories import create_ingestion_client
+    from tests.ingestion.conftest import register_dataset
+
+    second = create_ingestion_client(client, admin, subject_tenant.company_id)
+    register_dataset(client, admin, second, options={"subject_key": "/customer-email"})
+    subject_tenant.push(customer(1, ADA))
+    assert subject_tenant.push(customer(2, ADA), client_id=second).status_code == 200
+    limited = create_credential(
+        client,
+        admin,
+        subject_tenant.company_id,
+        scopes=["data:erase"],
+        client_ids=[subject_tenant.client_id],
+    )
+    headers = auth(get_token(client, limited["client_id"], limited["client_secret"]))
+    made = client.post(
+        "/platform/v1/erasures", json={"subjects": [ADA], "suppress": True}, headers=headers
+    )
+    assert made.status_code == 202, made.text
+    run_erasures(client)
+    done = client.get(f"/platform/v1/erasures/{made.json()['erasure_id']}", headers=headers)
+    assert done.status_code == 200 and done.json()["counts"]["records"] == 1
+    assert subject_tenant.all_records() == []
+    theirs = client.get(
+        "/platform/v1/data",
+        params={"client_id": second, "dataset_id": "orders"},
+        headers=subject_tenant.headers,
+    ).json()["data"]
+    assert [r["data"]["customer-email"] for r in theirs] == [ADA]
+    # suppressed in the first client only
+    again = subject_tenant.push(customer(3, ADA), client_id=second).json()
+    assert again["records_accepted"] == 1
+    assert subject_tenant.push(customer(4, ADA)).json()["records_accepted"] == 0
+    listed = client.get("/platform/v1/erasures", headers=headers).json()["data"]
+    assert [e["erasure_id"] for e in listed] == [made.json()["erasure_id"]]

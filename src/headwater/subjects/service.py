@@ -69,23 +69,31 @@ def create(session: Session, caller: Principal, body: ErasureCreate) -> Erasure:
     session.flush()
     if body.suppress:
         unique = list({tuple(found): None for found in per_subject})
-        ingestion.suppress(
-            connection,
-            company_id=company_id,
-            erasure_id=erasure.id,
-            client_id=body.client_id,
-            dataset_id=body.dataset_id,
-            subjects=unique,
+        # a token limited to some clients suppresses within them, never in the others
+        clients: list[str | None] = (
+            [body.client_id] if body.client_id is not None else [*caller.client_ids] or [None]
         )
+        for client_id in clients:
+            ingestion.suppress(
+                connection,
+                company_id=company_id,
+                erasure_id=erasure.id,
+                client_id=client_id,
+                dataset_id=body.dataset_id,
+                subjects=unique,
+            )
     return erasure
 
 
 def _visible(caller: Principal) -> Any:
     """The erasures a caller may read: its company's, and, when its token names some
-    clients, those made within them."""
+    clients, those made within one of them, and those it made itself across its clients."""
     statement = select(Erasure).where(Erasure.company_id == caller.actor.company_id)
     if caller.client_ids:
-        statement = statement.where(Erasure.client_id.in_(caller.client_ids))
+        statement = statement.where(
+            Erasure.client_id.in_(caller.client_ids)
+            | (Erasure.client_id.is_(None) & (Erasure.author_id == caller.actor.author_id))
+        )
     return statement
 
 
