@@ -152,8 +152,15 @@ def test_no_plain_subject_is_kept_in_any_table_or_log(
         tables = inspect(connection).get_table_names()
         for table in tables:
             quoted = connection.dialect.identifier_preparer.quote(table)
-            rows = connection.execute(text(f"SELECT * FROM {quoted}")).all()
-            assert secret not in str(rows), table
+            if connection.dialect.name == "postgresql":  # every column, as text, in place
+                found = connection.scalar(
+                    text(f"SELECT count(*) FROM {quoted} AS t WHERE t::text LIKE :p"),
+                    {"p": f"%{secret}%"},
+                )
+                assert found == 0, table
+            else:
+                rows = connection.execute(text(f"SELECT * FROM {quoted}")).all()
+                assert secret not in str(rows), table
     captured = capsys.readouterr()
     assert secret not in captured.out + captured.err
 

@@ -78,7 +78,19 @@ class Subjects:
         return None if text is None else self.digest(text)
 
     def each(self, records: Sequence[Any]) -> list[bytes | None]:
-        return [self.of(record) for record in records]
+        if len(self.tokens) != 1:
+            return [self.of(record) for record in records]
+        # a top-level member (the usual key): one lookup a record, strings hashed at once
+        name, digest = self.tokens[0], self.digest
+        found: list[bytes | None] = []
+        for record in records:
+            value = record.get(name) if isinstance(record, dict) else None
+            if type(value) is str:
+                found.append(digest(value))
+            else:
+                text = text_of(value)
+                found.append(None if text is None else digest(text))
+        return found
 
 
 def digests(key: bytes, subjects: Iterable[str]) -> list[bytes]:
