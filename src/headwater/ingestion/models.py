@@ -287,7 +287,8 @@ class RecordCount(Base):
 
     The count is split over `SHARDS` rows and each stored transaction adds to one of them
     (chosen by its id), so concurrent pushes to one dataset seldom wait on one row lock;
-    the total is their sum. Records are never deleted, so the sum is exact.
+    the total is their sum. A removal (an erasure, retention) subtracts from the shards
+    in the transaction that deletes the records, so the sum stays exact.
     """
 
     __tablename__ = "dataset_record_counts"
