@@ -395,7 +395,8 @@ def subject_digests(
     made here if the company has none yet (in the caller's transaction)."""
     hashkeys.ensure(connection, company_id)
     key = hashkeys.key(connection, company_id)
-    return [subjects.digests(key, [value]) for value in values]
+    forms = subjects.Forms(key)
+    return [forms.of(value) for value in values]
 
 
 def subject_matcher(connection: Connection, company_id: uuid.UUID, digests: Sequence[bytes]) -> Any:

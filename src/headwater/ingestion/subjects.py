@@ -93,24 +93,33 @@ class Subjects:
         return found
 
 
-def digests(key: bytes, subjects: Iterable[str]) -> list[bytes]:
-    """Every digest a subject may be stored under: as given, and as a `hash` step writes
-    it (HMAC hex of the value, and of its lowercase form). In a stable order, without
-    repeats."""
-    matcher = Subjects((), key)
-    hashed = transforms.compile_steps(0, [{"op": "hash", "path": "/v"}], key)
-    lower = transforms.compile_steps(0, [{"op": "hash", "path": "/v", "lowercase": True}], key)
-    assert hashed is not None and lower is not None
-    found: dict[bytes, None] = {}
-    for subject in subjects:
+class Forms:
+    """The digests a subject may be stored under, under one key: as given, and as a
+    `hash` step writes it (HMAC hex of the value, and of its lowercase form). The steps
+    are compiled once, for every subject of an erasure."""
+
+    def __init__(self, key: bytes) -> None:
+        self._digest = _Mac(key)
+        steps = [
+            transforms.compile_steps(0, [{"op": "hash", "path": "/v", "lowercase": lower}], key)
+            for lower in (False, True)
+        ]
+        self._steps = [s for s in steps if s is not None]
+
+    def of(self, subject: str) -> list[bytes]:
+        """The subject's digests, in a stable order, without repeats."""
         forms = [subject]
-        for steps in (hashed, lower):
+        for steps in self._steps:
             output, _ = steps.run({"v": subject})
             assert output is not None
             forms.append(output["v"])
-        for form in forms:
-            found[matcher.digest(form)] = None
-    return list(found)
+        return list(dict.fromkeys(map(self._digest, forms)))
+
+
+def digests(key: bytes, subjects: Iterable[str]) -> list[bytes]:
+    """Every digest the subjects may be stored under (`Forms`), without repeats."""
+    forms = Forms(key)
+    return list(dict.fromkeys(d for subject in subjects for d in forms.of(subject)))
 
 
 def whole_values(data: Any) -> Iterable[str]:
