@@ -472,6 +472,13 @@ class S3Incoming:
                 )
 
 
+def delete_own(store: Store, bucket: str, key: str) -> None:
+    """Delete an object if it is in this store's bucket (an object of another store, an
+    S3 bucket the service used before, is not this process's to reach)."""
+    if bucket == store.bucket:
+        store.delete(key)
+
+
 def make_store(settings: Settings) -> Store:
     if settings.storage_url is not None:
         return S3Store(settings)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from headwater.db import Database
 from headwater.files import quarantine
 from headwater.files import service as files
-from headwater.files.stores import Store
+from headwater.files.stores import Store, delete_own
 from headwater.ingestion import api as ingestion
 
 BATCH = 5000
@@ -67,8 +67,7 @@ def _files(
         if not due:
             return
         for _, bucket, key in stored:
-            if bucket == store.bucket:
-                store.delete(key)
+            delete_own(store, bucket, key)
         with db.begin() as connection:
             if dataset_pk is not None:
                 removed.quarantined_rows += quarantine.remove_of(connection, due)

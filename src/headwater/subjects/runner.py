@@ -32,7 +32,7 @@ from headwater.events import outbox
 from headwater.exports import service as exports
 from headwater.files import quarantine
 from headwater.files import service as files
-from headwater.files.stores import Store
+from headwater.files.stores import Store, delete_own
 from headwater.ingestion import api as ingestion
 from headwater.kit.actor import Actor
 from headwater.kit.clock import utcnow_ms
@@ -195,8 +195,7 @@ class _Run:
             if not todo:
                 return
             for _, bucket, key in stored:
-                if bucket == self.store.bucket:
-                    self.store.delete(key)
+                delete_own(self.store, bucket, key)
             with self.db.begin() as connection:
                 self.own(connection)
                 ingestion.mark_file_erased(connection, [t for t, _, _ in stored])
@@ -222,8 +221,7 @@ class _Run:
             ).all()
             holding = exports.holding(connection, [(r.dataset_pk, r.ingested_at) for r in removed])
         for row in holding:
-            if row.bucket == self.store.bucket:
-                self.store.delete(row.object_key)
+            delete_own(self.store, row.bucket, row.object_key)
         with self.db.begin() as connection:
             self.own(connection)
             self.add(connection, exports=exports.mark_erased(connection, [r.id for r in holding]))
