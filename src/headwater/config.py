@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     # SFTP (contract section 11): 0 turns the server off
     sftp_host: str | None = None  # default: serve's host
     sftp_port: int = Field(2222, ge=0, le=65535)
-    sftp_host_key_file: Path | None = None  # default: $data_dir/sftp/host_key, made once
+    sftp_host_key_file: Path | None = None  # default: one kept in the database, made once
     sftp_receipt_days: int = Field(7, ge=1, le=365)
     sftp_max_sessions: int = Field(10, ge=1, le=1000)
     sftp_auth_failures_per_minute: int = Field(10, ge=1)
@@ -159,6 +159,10 @@ class Settings(BaseSettings):
     # PostgreSQL connections one process holds at most (default by role: 20 for an API
     # process, 10 for any other; see db.ROLE_CONNECTIONS)
     db_connections: int | None = Field(None, ge=5, le=1000)
+    # "transaction": the database is reached through a pooler in transaction mode
+    # (PgBouncer's pool_mode=transaction), so nothing may rely on session state
+    # (contract 19): no options at connect, no server-side prepared statements
+    database_pooling: Literal["session", "transaction"] = "session"
     metrics_token: SecretStr | None = None
     log_level: str = "INFO"
     log_json: bool = True

@@ -124,6 +124,16 @@ def locked_head(connection: Connection, column: Any, key: Any) -> int:
     )
 
 
+def transaction_lock(session: Session, lock: int) -> None:
+    """Run the rest of the caller's transaction in one process at a time, across every
+    process on this database. PostgreSQL: a transaction-level advisory lock named by
+    `lock`, released at commit or rollback (a session lock would outlive the
+    transaction on a pooler's shared connection, contract 19). SQLite: nothing to do,
+    as its write transactions already run one at a time (BEGIN IMMEDIATE)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"SELECT pg_advisory_xact_lock({int(lock)})"))
+
+
 class Numbering:
     """Positions given after commit, the one way both logs number their rows (the event
     log by company, the record feed by dataset): the key's oldest committed rows without
@@ -356,9 +366,9 @@ def make_engine(
             event.listen(engine, "begin", _sqlite_begin_immediate(turns))
         return engine
     connect_args: dict[str, Any] = {"connect_timeout": settings.db_connect_timeout_seconds}
+    connect_args |= pooled_params(settings.database_pooling, for_reads=for_reads)
     reads: dict[str, Any] = {}
     if for_reads:
-        connect_args["options"] = CUSTOM_READS
         reads["isolation_level"] = "AUTOCOMMIT"
     engine = create_engine(
         url,
@@ -454,6 +464,23 @@ GENERIC_READS = (
 )
 
 
+def pooled_params(pooling: str, *, for_reads: bool, generic: bool = False) -> dict[str, Any]:
+    """psycopg's connection parameters for the way the database is reached (`pooling`,
+    HEADWATER_DATABASE_POOLING). "session": reads planned as `CUSTOM_READS` or
+    `GENERIC_READS` say, options the server keeps for the session. "transaction" (a
+    pooler such as PgBouncer between, in transaction mode, contract 19): a server
+    connection serves another client after each transaction, so nothing may live in
+    the session: no options (PgBouncer refuses the startup parameter) and no server-side
+    prepared statements (another client's connection would not hold them). Every query
+    is then planned for its values, as `CUSTOM_READS` asks; `generic` reads lose their
+    one plan for any values."""
+    if pooling == "transaction":
+        return {"prepare_threshold": None}
+    if for_reads:
+        return {"options": GENERIC_READS if generic else CUSTOM_READS}
+    return {}
+
+
 def sealing_material(settings: Settings) -> bytes:
     """The material secrets at rest are sealed with (`kit.sealing`)."""
     key = settings.webhook_secret_key
@@ -470,6 +497,7 @@ class Database:
     def __init__(self, settings: Settings, *, role: Role = "other") -> None:
         """`role`: "api" for an API process, else "other" (see ROLE_CONNECTIONS)."""
         self._connect_timeout = settings.db_connect_timeout_seconds
+        self.pooling = settings.database_pooling
         self.role = role
         self.shares = Shares.of(
             settings.db_connections or ROLE_CONNECTIONS[role], api=role == "api"
@@ -580,8 +608,7 @@ class Database:
         _args, params = self.engine.dialect.create_connect_args(self.engine.url)
         params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
         params["application_name"] = application_name(f"headwater {self.role} {name}")
-        if for_reads:
-            params["options"] = GENERIC_READS if generic else CUSTOM_READS
+        params.update(pooled_params(self.pooling, for_reads=for_reads, generic=generic))
         pauses = _pauses(time.monotonic() + self._connect_timeout)
         while True:
             try:
@@ -597,25 +624,6 @@ class Database:
                 if pause is None:
                     raise as_sqlalchemy_error(exc, broken=True) from exc
             await asyncio.sleep(pause)
-
-    @contextmanager
-    def exclusive(self, lock: int) -> Iterator[None]:
-        """Run the block in one process at a time, across every process on this database.
-
-        PostgreSQL: a session advisory lock named by `lock`, held on a connection of its
-        own so that the block may commit as often as it likes. SQLite: nothing to do, as
-        its write transactions already run one at a time (BEGIN IMMEDIATE).
-        """
-        if self.engine.dialect.name != "postgresql":
-            yield
-            return
-        with self.engine.connect() as connection:
-            connection.exec_driver_sql(f"SELECT pg_advisory_lock({int(lock)})")
-            try:
-                yield
-            finally:
-                connection.exec_driver_sql(f"SELECT pg_advisory_unlock({int(lock)})")
-                connection.commit()
 
     def ping(self) -> None:
         """Raise if the database cannot answer a trivial query."""

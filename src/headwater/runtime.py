@@ -12,7 +12,7 @@ import structlog
 
 from headwater import migrations
 from headwater.config import Settings
-from headwater.db import Database, Role, sealing_material
+from headwater.db import Database, Role, sealing_material, transaction_lock
 from headwater.errors import is_unreachable
 from headwater.files.stores import Store, make_store
 from headwater.identity import keys as keyring
@@ -175,7 +175,8 @@ def _start_once(runtime: Runtime) -> None:
     settings = runtime.settings
     # Instances and workers starting together would race to create the bootstrap
     # credential and the first signing key: one does it, the others then find them.
-    with runtime.db.exclusive(START_LOCK), runtime.db.unit_of_work() as session:
+    with runtime.db.unit_of_work() as session:
+        transaction_lock(session, START_LOCK)
         if settings.bootstrap_client_id and settings.bootstrap_client_secret:
             identity.ensure_credential(
                 session,
