@@ -126,6 +126,27 @@ def _database() -> Database:
     return database
 
 
+def _check_sealing(database: Database) -> None:
+    """End a node's start with one line if its sealing material differs from the other
+    nodes' (contract 19); a database that cannot be reached is left to the node's own
+    start, which serves 503 until it is back."""
+    from headwater.errors import is_unreachable
+    from headwater.identity import shared
+    from headwater.identity.errors import SealingMismatch
+
+    try:
+        with database.unit_of_work() as session:
+            shared.check_sealing(session)
+    except SealingMismatch as exc:
+        sys.stderr.write(f"headwater: {exc}\n")
+        raise SystemExit(1) from None
+    except Exception as exc:
+        if not is_unreachable(exc):
+            raise
+    finally:
+        database.dispose()
+
+
 @app.command()
 def serve(
     host: Host = "127.0.0.1",
@@ -148,6 +169,9 @@ def serve(
     configure_logging(level=settings.log_level, json=settings.log_json)
     if settings.auto_migrate:  # once here, before the worker processes start
         migrations.upgrade(settings)
+    from headwater.db import Database
+
+    _check_sealing(Database(settings))
     with (
         # several processes (API workers, the SFTP server) share one metrics directory
         _multiprocess_metrics(Path(settings.data_dir))
@@ -343,7 +367,7 @@ def _run_protocol_server(
 
     settings = get_settings()
     configure_logging(level=settings.log_level, json=settings.log_json)
-    _database()  # migrated before the first client
+    _check_sealing(_database())  # migrated before the first client
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -430,6 +454,7 @@ def run_worker() -> None:
     from headwater.runtime import build_runtime, start
 
     settings = get_settings()
+    _check_sealing(_database())
     runtime = build_runtime(settings, role="other")
     start(runtime)
 

@@ -17,6 +17,7 @@ from headwater.errors import is_unreachable
 from headwater.files.stores import Store, make_store
 from headwater.identity import keys as keyring
 from headwater.identity import service as identity
+from headwater.identity import shared
 from headwater.identity.tokens import TokenVerifier
 from headwater.ingestion.groups import PushQueue
 from headwater.ingestion.readahead import ReadAhead
@@ -177,6 +178,7 @@ def _start_once(runtime: Runtime) -> None:
     # credential and the first signing key: one does it, the others then find them.
     with runtime.db.unit_of_work() as session:
         transaction_lock(session, START_LOCK)
+        shared.check_sealing(session)
         if settings.bootstrap_client_id and settings.bootstrap_client_secret:
             identity.ensure_credential(
                 session,

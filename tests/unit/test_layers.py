@@ -33,7 +33,14 @@ WIRING = ("headwater.runtime", "headwater.main", "headwater.cli", "headwater.wor
 HTTP = ("fastapi", "starlette", "headwater.web", "headwater.ops")
 # The tables each domain owns: no other module inserts, updates or deletes their rows.
 OWNED = {
-    "identity": {"Company", "IngestionClient", "Credential", "TokenIssuer", "SigningKey"},
+    "identity": {
+        "Company",
+        "IngestionClient",
+        "Credential",
+        "TokenIssuer",
+        "SigningKey",
+        "SharedKey",
+    },
     "ingestion": {
         "Transaction",
         "Record",
@@ -60,7 +67,14 @@ OWNED = {
     "subjects": {"Erasure", "ErasureItem"},
 }
 SQL_TABLES = {
-    "identity": ("companies", "ingestion_clients", "credentials", "token_issuer", "signing_keys"),
+    "identity": (
+        "companies",
+        "ingestion_clients",
+        "credentials",
+        "token_issuer",
+        "signing_keys",
+        "shared_keys",
+    ),
     "ingestion": (
         "transactions",
         "records",

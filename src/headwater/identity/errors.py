@@ -52,3 +52,15 @@ def invalid_client() -> OAuthError:
         status=401,
         headers={"WWW-Authenticate": 'Basic realm="headwater"'},
     )
+
+
+class SealingMismatch(RuntimeError):
+    """This node's sealing material differs from the one the installation's secrets
+    were sealed with: it must not start (contract 19: refuse rather than diverge)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this node's sealing key differs from the one the other nodes on this database "
+            "sealed their secrets with: set HEADWATER_WEBHOOK_SECRET_KEY (or "
+            "HEADWATER_SIGNING_KEY_PASSPHRASE) to the same value on every node"
+        )

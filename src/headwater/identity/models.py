@@ -66,6 +66,19 @@ class TokenIssuer(Base):
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class SharedKey(Base):
+    """A key every node of the installation must hold the same (contract 19), made
+    once by the first node that needs it and sealed (`kit.sealing`): the SFTP host
+    key; and `sealing`, a value sealed with the sealing material, which tells a node
+    whose material differs from the others' (it refuses to start)."""
+
+    __tablename__ = "shared_keys"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    sealed: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class SigningKey(Base):
     """A token signing key pair. The newest signs; every stored key verifies."""
 

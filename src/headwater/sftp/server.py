@@ -4,14 +4,13 @@ are `login.Gate`, sessions `tree.Tree`) and the process's loop."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from pathlib import Path
 
 import asyncssh
 import structlog
 
 from headwater.config import Settings
+from headwater.identity import shared
 from headwater.kit import memory
 from headwater.sftp.hub import Hub, make_hub
 from headwater.sftp.login import Gate
@@ -21,28 +20,34 @@ log = structlog.get_logger("headwater.sftp")
 # --- running ----------------------------------------------------------------------------------
 
 
-def host_key(settings: Settings) -> asyncssh.SSHKey:
-    """The host key: the file named by the settings, else an ed25519 key made once (0600)."""
+def host_key(hub: Hub) -> asyncssh.SSHKey:
+    """The host key: the file named by the settings, else the installation's shared one
+    (`identity.shared`), so that every SFTP node shows clients the same key. It is made
+    once: from the key an earlier version kept at `$data_dir/sftp/host_key`, if there
+    is one, else a new ed25519 key."""
+    settings = hub.settings
     if settings.sftp_host_key_file is not None:
         return asyncssh.read_private_key(str(settings.sftp_host_key_file))
+    with hub.db.unit_of_work() as session:
+        pem = shared.shared_key(session, HOST_KEY, lambda: _first_host_key(settings))
+    return asyncssh.import_private_key(pem)
+
+
+HOST_KEY = "sftp_host_key"
+
+
+def _first_host_key(settings: Settings) -> str:
     path = settings.data_dir / "sftp" / "host_key"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = asyncssh.generate_private_key("ssh-ed25519")
-        part = path.with_name(f"host_key.{os.getpid()}.part")
-        part.write_bytes(key.export_private_key())
-        part.chmod(0o600)
-        with contextlib.suppress(FileExistsError):
-            os.link(part, path)  # another process made it first: use theirs
-        part.unlink()
-    return asyncssh.read_private_key(str(path))
+    if path.exists():
+        return path.read_text()
+    return asyncssh.generate_private_key("ssh-ed25519").export_private_key().decode()
 
 
 async def listen(hub: Hub, host: str, port: int) -> asyncssh.SSHAcceptor:
     return await asyncssh.listen(
         host,
         port,
-        server_host_keys=[host_key(hub.settings)],
+        server_host_keys=[host_key(hub)],
         # sessions come from Gate.session_requested, which bounds them per connection
         server_factory=lambda: Gate(hub),
         allow_scp=False,
