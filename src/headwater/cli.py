@@ -154,13 +154,25 @@ def serve(
     workers: Annotated[
         int, typer.Option(metavar="N", help="API processes (production: one per core).")
     ] = 1,
+    no_worker: Annotated[
+        bool, typer.Option("--no-worker", help="Leave background jobs to `headwater worker`.")
+    ] = False,
+    no_sftp: Annotated[
+        bool, typer.Option("--no-sftp", help="Leave SFTP to `headwater sftp`.")
+    ] = False,
+    no_smtp: Annotated[
+        bool, typer.Option("--no-smtp", help="Leave email to `headwater smtp`.")
+    ] = False,
 ) -> None:
-    """Run the API, the embedded identity provider and the background worker."""
+    """Run the API, the embedded identity provider, the background worker and the SFTP
+    and SMTP servers; each `--no-...` leaves one out, to run as a role of its own."""
     import uvicorn
 
     from headwater import migrations
 
     _address_as_public_url(host, port)
+    if no_worker:  # the API processes read their settings from the environment
+        os.environ["HEADWATER_WORKER_ENABLED"] = "false"
     from headwater.ops.logs import configure_logging
 
     settings = _fresh_settings()
@@ -172,13 +184,15 @@ def serve(
     from headwater.db import Database
 
     _check_sealing(Database(settings))
+    sftp_port = 0 if no_sftp else settings.sftp_port
+    smtp_port = 0 if no_smtp else settings.smtp_port
     with (
         # several processes (API workers, the SFTP server) share one metrics directory
         _multiprocess_metrics(Path(settings.data_dir))
-        if workers > 1 or settings.sftp_port or settings.smtp_port
+        if workers > 1 or sftp_port or smtp_port
         else nullcontext(),
-        _beside(settings, host, "sftp", settings.sftp_port, settings.sftp_host),
-        _beside(settings, host, "smtp", settings.smtp_port, settings.smtp_host),
+        _beside(settings, host, "sftp", sftp_port, settings.sftp_host),
+        _beside(settings, host, "smtp", smtp_port, settings.smtp_host),
     ):
         uvicorn.run(
             "headwater.main:create_app",
