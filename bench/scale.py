@@ -1,0 +1,154 @@
+"""More than one machine (issue 38): pushes through PgBouncer in transaction mode
+against direct connections, and one API process against two.
+
+Three API servers (`serve --no-worker --no-sftp --no-smtp`) run at once on one
+PostgreSQL database, each with its own data directory:
+
+  (D)  1 process, direct connections                 the anchor
+  (P)  1 process, through PgBouncer (Debian's, transaction mode,
+       HEADWATER_DATABASE_POOLING=transaction)
+  (P2) 2 processes, through the same PgBouncer
+
+and two loads go to each in turn, in alternating slices (D P P2 D P P2 ...), so that
+all three see the same machine, after an unmeasured 2 s slice each:
+
+  (a) batches of 500 records of about 1 KB, concurrency 8      records/s
+  (b) single-record pushes, concurrency 32                     requests/s
+
+It prints (P)/(D) for each load (target >= 0.9) and (P2)/(P). Every answer must be 200
+and every acknowledged record stored.
+
+    .venv/bin/python -m bench.scale [--seconds 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import psycopg
+from tests import pgbouncer
+
+from bench.common import (
+    ServerProcess,
+    WrkResult,
+    bench_database,
+    combine,
+    report,
+    request_script,
+    run_wrk,
+    server_env,
+)
+from bench.ingest import push_body, setup
+from bench.validate import record
+
+SLICES = 4
+ROLES = ("--no-worker", "--no-sftp", "--no-smtp")
+# the nodes of one installation share their sealing key (docs/scaling.md)
+SHARED = {"HEADWATER_WEBHOOK_SECRET_KEY": "bench-scale-sealing-key"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=int, default=16)
+    args = parser.parse_args()
+
+    batch = [record(i) | {"notes": "n" * 500} for i in range(500)]
+    with (
+        bench_database("headwater_bench_scale") as database_url,
+        pgbouncer.pgbouncer(server_connections=40) as port,
+        ExitStack() as stack,
+    ):
+        pooled = server_env(
+            pgbouncer.through(database_url, port), HEADWATER_DATABASE_POOLING="transaction"
+        )
+        kinds = {"D": (server_env(database_url), 1), "P": (pooled, 1), "P2": (pooled, 2)}
+        servers: dict[str, ServerProcess] = {}
+        for name, (env, workers) in kinds.items():
+            data = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            server = ServerProcess(
+                env | {"HEADWATER_DATA_DIR": str(data), "HEADWATER_DB_CONNECTIONS": "20"} | SHARED,
+                "--workers",
+                str(workers),
+                *ROLES,
+                log=data / "server.log",
+            )
+            servers[name] = server.start()
+            stack.callback(server.stop)
+        bearer, _company = setup(servers["D"].url)
+        headers = bearer | {"Content-Type": "application/json"}
+        for server in servers.values():  # every process compiles the schema first
+            for _ in range(8):
+                httpx.post(
+                    server.url + "/platform/v1/data/json",
+                    content=push_body(batch[0]),
+                    headers=headers,
+                    timeout=30,
+                ).raise_for_status()
+        loads = {
+            "a": (push_body(batch), 8),
+            "b": (push_body(batch[1]), 32),
+        }
+        for body, connections in loads.values():  # a slice each unmeasured: warm
+            for server in servers.values():
+                run_wrk(
+                    server.url + "/platform/v1/data/json",
+                    seconds=2,
+                    connections=connections,
+                    script=request_script(method="POST", body=body, headers=headers),
+                )
+        slices: dict[tuple[str, str], list[WrkResult]] = {}
+        for load, (body, connections) in loads.items():
+            for _ in range(SLICES):
+                for name, server in servers.items():
+                    slices.setdefault((load, name), []).append(
+                        run_wrk(
+                            server.url + "/platform/v1/data/json",
+                            seconds=args.seconds // SLICES,
+                            connections=connections,
+                            script=request_script(method="POST", body=body, headers=headers),
+                        )
+                    )
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute("SELECT count(*) FROM records").fetchone()
+            stored = row[0] if row else 0
+    results = {key: combine(found) for key, found in slices.items()}
+    print(f"seconds={args.seconds} slices={SLICES} cores={os.cpu_count()} database=postgresql")
+    for (load, name), result in results.items():
+        label = {"a": "(a) 500-record batches, c=8", "b": "(b) single records, c=32"}[load]
+        print(report(f"{label} ({name})", result))
+    for load in loads:
+        pooled_share = [
+            p.requests_per_second / d.requests_per_second
+            for p, d in zip(slices[(load, "P")], slices[(load, "D")], strict=True)
+        ]
+        two = [
+            p2.requests_per_second / p.requests_per_second
+            for p2, p in zip(slices[(load, "P2")], slices[(load, "P")], strict=True)
+        ]
+        share = statistics.median(pooled_share)
+        print(
+            f"({load}) PgBouncer/direct slice by slice: "
+            + " ".join(f"{r:.3f}" for r in pooled_share)
+            + f" (median {share:.3f}; target >= 0.9: {'met' if share >= 0.9 else 'NOT met'})"
+        )
+        print(
+            f"({load}) 2 processes/1 slice by slice: "
+            + " ".join(f"{r:.3f}" for r in two)
+            + f" (median {statistics.median(two):.3f})"
+        )
+    answered = (
+        sum(r.requests * (500 if load == "a" else 1) for (load, _n), r in results.items()) + 3 * 8
+    )
+    print(f"records stored {stored:,}; answered 200 for {answered:,}")
+    if any(r.non_2xx for r in results.values()) or stored < answered:
+        raise SystemExit("some requests failed or records are missing; figures not valid")
+
+
+if __name__ == "__main__":
+    main()
