@@ -138,6 +138,8 @@ def base_settings(database_url: str | None, data_root: Path, backend: str) -> di
         # the suite's budget: 2 pytest workers, each with a few apps and server processes,
         # stay well within the 40 PostgreSQL connections the suite may hold
         "db_connections": 10,
+        # shared with the server processes the tests start (contract 19)
+        "webhook_secret_key": http_server.SEALING_KEY,
     }
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+SEALING_KEY = "the test installation's sealing key"
+
 # the test being run (`tests/conftest.py` sets it before each test's set-up)
 CURRENT: list[pytest.Item] = []
 
@@ -84,6 +86,9 @@ def process_env(env: dict[str, str]) -> dict[str, str]:
     full["HEADWATER_SFTP_PORT"] = "0"
     full["HEADWATER_SMTP_PORT"] = "0"
     full["HEADWATER_DB_CONNECTIONS"] = "6"  # the suite's budget (tests/conftest.py)
+    # the nodes of one installation share their sealing key (contract 19), whatever
+    # data directory each has; the tests' apps seal with the same one
+    full["HEADWATER_WEBHOOK_SECRET_KEY"] = SEALING_KEY
     full.update(env)
     return full
 

@@ -24,7 +24,7 @@ from headwater.files.models import FileJob, FileUpload
 from headwater.ingestion.models import Record
 from headwater.runtime import Runtime
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
-from tests.http_server import same_database, start_server
+from tests.http_server import SEALING_KEY, same_database, start_server
 
 
 def runtime_of(client: TestClient) -> Runtime:
@@ -108,6 +108,7 @@ def worker_inside_file(
     the file's batches (status `processing`); killed at the end if it still runs."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | {
         **same_database(settings.data_dir, settings.database_url),
+        "HEADWATER_WEBHOOK_SECRET_KEY": SEALING_KEY,  # as the tests' app seals
         "HEADWATER_FILE_BATCH_ROWS": "1000",
         "HEADWATER_LOG_LEVEL": "WARNING",
         **env,
