@@ -29,6 +29,7 @@ from tests.factories import (
     OPERATOR_ID,
     OPERATOR_SECRET,
     PG_ADMIN_URL,
+    SEALING_KEY,
     auth,
     create_company,
     create_credential,
@@ -139,7 +140,7 @@ def base_settings(database_url: str | None, data_root: Path, backend: str) -> di
         # stay well within the 40 PostgreSQL connections the suite may hold
         "db_connections": 10,
         # shared with the server processes the tests start (contract 19)
-        "webhook_secret_key": http_server.SEALING_KEY,
+        "webhook_secret_key": SEALING_KEY,
     }
 
 

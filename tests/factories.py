@@ -40,6 +40,9 @@ def fresh_pg_database(prefix: str) -> Iterator[tuple[str, str]]:
 OPERATOR_ID = "test-operator"
 OPERATOR_SECRET = secrets.token_urlsafe(24)
 AUDIENCE = "headwater-api"
+# the sealing key of the test installation: its apps, server processes and commands, as
+# the nodes of one installation, all seal with it (contract 19)
+SEALING_KEY = "the test installation's sealing key"
 
 
 def request_token(client: httpx.Client, client_id: str, client_secret: str, **extra: str) -> Any:
@@ -113,7 +116,11 @@ def run_cli(
     *args: str, data_dir: Path, database_url: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`headwater ARGS` in a process of its own, configured only through its environment."""
-    env = {"HEADWATER_DATA_DIR": str(data_dir), "PATH": "/usr/bin:/bin"}
+    env = {
+        "HEADWATER_DATA_DIR": str(data_dir),
+        "HEADWATER_WEBHOOK_SECRET_KEY": SEALING_KEY,  # as the tests' apps seal
+        "PATH": "/usr/bin:/bin",
+    }
     if database_url:
         env["HEADWATER_DATABASE_URL"] = database_url
     return subprocess.run(

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-SEALING_KEY = "the test installation's sealing key"
+from tests.factories import SEALING_KEY
 
 # the test being run (`tests/conftest.py` sets it before each test's set-up)
 CURRENT: list[pytest.Item] = []

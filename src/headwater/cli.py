@@ -123,28 +123,36 @@ def _database() -> Database:
     database = Database(settings)
     if not migrations.is_current(database.engine):
         migrations.upgrade(settings)
+    _check_sealing(database)
     return database
 
 
 def _check_sealing(database: Database) -> None:
-    """End a node's start with one line if its sealing material differs from the other
-    nodes' (contract 19); a database that cannot be reached is left to the node's own
-    start, which serves 503 until it is back."""
+    """End a command or a node's start with one line if its sealing material differs
+    from the other nodes' (contract 19): it would seal secrets they cannot open. A
+    database that cannot be reached is left to what comes next (a node serves 503 until
+    it is back)."""
     from headwater.errors import is_unreachable
     from headwater.identity import shared
-    from headwater.identity.errors import SealingMismatch
 
     try:
-        with database.unit_of_work() as session:
+        with _refused_on_mismatch(), database.unit_of_work() as session:
             shared.check_sealing(session)
-    except SealingMismatch as exc:
-        sys.stderr.write(f"headwater: {exc}\n")
-        raise SystemExit(1) from None
     except Exception as exc:
         if not is_unreachable(exc):
             raise
-    finally:
-        database.dispose()
+
+
+@contextmanager
+def _refused_on_mismatch() -> Iterator[None]:
+    """A node whose sealing material differs from the others' ends with one line."""
+    from headwater.identity.errors import SealingMismatch
+
+    try:
+        yield
+    except SealingMismatch as exc:
+        sys.stderr.write(f"headwater: {exc}\n")
+        raise SystemExit(1) from None
 
 
 @app.command()
@@ -183,7 +191,9 @@ def serve(
         migrations.upgrade(settings)
     from headwater.db import Database
 
-    _check_sealing(Database(settings))
+    checked = Database(settings)
+    _check_sealing(checked)
+    checked.dispose()
     sftp_port = 0 if no_sftp else settings.sftp_port
     smtp_port = 0 if no_smtp else settings.smtp_port
     with (
@@ -381,7 +391,7 @@ def _run_protocol_server(
 
     settings = get_settings()
     configure_logging(level=settings.log_level, json=settings.log_json)
-    _check_sealing(_database())  # migrated before the first client
+    _database().dispose()  # migrated and its sealing checked before the first client
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -468,9 +478,9 @@ def run_worker() -> None:
     from headwater.runtime import build_runtime, start
 
     settings = get_settings()
-    _check_sealing(_database())
     runtime = build_runtime(settings, role="other")
-    start(runtime)
+    with _refused_on_mismatch():  # the start checks the sealing material
+        start(runtime)
 
     async def run() -> None:
         stop = asyncio.Event()

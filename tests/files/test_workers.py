@@ -23,8 +23,9 @@ from headwater.config import Settings
 from headwater.files.models import FileJob, FileUpload
 from headwater.ingestion.models import Record
 from headwater.runtime import Runtime
+from tests.factories import SEALING_KEY
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
-from tests.http_server import SEALING_KEY, same_database, start_server
+from tests.http_server import same_database, start_server
 
 
 def runtime_of(client: TestClient) -> Runtime:

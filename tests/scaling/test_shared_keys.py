@@ -62,18 +62,20 @@ def test_the_host_key_an_earlier_version_made_is_kept(fresh: dict[str, Any]) -> 
 
 
 @pytest.mark.http  # starts the node's own process
-@pytest.mark.parametrize("role", ["worker", "sftp", "smtp", "serve"])
+@pytest.mark.parametrize(
+    "role", ["worker", "sftp --port 0", "smtp --port 0", "serve --port 0", "companies create X"]
+)
 def test_a_node_that_would_seal_differently_refuses_to_start(
     role: str, settings: Settings, client: Any
 ) -> None:
-    """The test app has started (and recorded how its node seals); a node with another
-    secret key on the same database would seal secrets the others could not open."""
+    """The test app has started (and recorded how its node seals); a node, or an
+    operator's command, with another secret key on the same database would seal secrets
+    the others could not open."""
     env = process_env(
         same_database(settings.data_dir, settings.database_url)
         | {"HEADWATER_WEBHOOK_SECRET_KEY": "another key", "HEADWATER_LOG_LEVEL": "WARNING"}
     )
-    argv = [sys.executable, "-m", "headwater.cli", role]
-    argv += ["--port", "0"] if role != "worker" else []
+    argv = [sys.executable, "-m", "headwater.cli", *role.split()]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
