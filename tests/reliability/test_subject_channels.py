@@ -12,11 +12,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.factories import auth, create_company, create_credential, get_token
-from tests.files.conftest import FileTenant, run_worker
-from tests.inbox.conftest import message, send, start_smtp
+from tests.files.conftest import FileTenant
 from tests.ingestion.conftest import SCHEMA, register_dataset
-from tests.reliability.test_transform_channels import CSV, HEADER, PLACED, ROWS, as_json, as_text
-from tests.sftp.conftest import create_account, openssh_batch, start_sftp
+from tests.reliability.test_transform_channels import through_every_door
 from tests.subjects.conftest import run_erasures
 
 pytestmark = pytest.mark.http
@@ -52,46 +50,7 @@ def test_every_door_refuses_a_suppressed_subject_and_an_erasure_reaches_every_do
         return done.json()
 
     erase(SUPPRESSED, suppress=True)
-    transactions: dict[str, dict[str, Any]] = {}
-    pushed = tenant.push([as_json(row) for row in ROWS], dataset_id="push")
-    transactions["push"] = tenant.transaction(pushed.json()["transaction_id"])
-    transactions["upload"] = tenant.upload(CSV, dataset_id="upload")
-    (tmp_path / "sftp").mkdir()
-    (tmp_path / "smtp").mkdir()
-    sftp = start_sftp(base_settings, tmp_path / "sftp")
-    try:
-        account = create_account(tenant, tmp_path)
-        local = tmp_path / "orders.csv"
-        local.write_bytes(CSV)
-        done = openssh_batch(
-            sftp.port, account, f"put {local} /{tenant.client_id}/sftp/\n", tmp_path
-        )
-        assert done.returncode == 0, done.stderr
-    finally:
-        sftp.stop()
-    smtp = start_smtp(base_settings, tmp_path / "smtp")
-    try:
-        inbox = client.post(
-            f"/admin/v1/clients/{tenant.client_id}/datasets/email/inboxes",
-            json={"allowed_senders": ["ann@example.com"]},
-            headers=admin,
-        ).json()
-        send(smtp.port, message(inbox["address"], attachments=[("orders.csv", "text/csv", CSV)]))
-    finally:
-        smtp.stop()
-    run_worker(client)
-    for name in ("sftp", "email"):
-        [transactions[name]] = tenant.transactions(channel=name, dataset_id=name)["data"]
-    broken = (HEADER + "".join(f"{o},{e},x,{q},{p},{PLACED}\n" for o, e, _, q, p in ROWS)).encode()
-    source = tenant.upload(broken, dataset_id="resubmit")
-    corrected = client.post(
-        f"/platform/v1/transactions/{source['transaction_id']}/resubmit",
-        json={"rows": [{"line": n + 2, "data": as_text(row)} for n, row in enumerate(ROWS)]},
-        headers=tenant.headers,
-    )
-    assert corrected.status_code == 201, corrected.text
-    transactions["resubmit"] = corrected.json()
-
+    transactions, source = through_every_door(client, admin, tenant, base_settings, tmp_path)
     counts = {
         name: (t["records_received"], t["records_accepted"], t["records_suppressed"])
         for name, t in transactions.items()

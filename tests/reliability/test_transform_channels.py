@@ -61,25 +61,16 @@ def as_text(row: tuple[str, ...]) -> dict[str, Any]:
     )
 
 
-def test_every_channel_stores_the_same_output_with_the_same_counts(
+def through_every_door(
     client: TestClient,
     admin: dict[str, str],
+    tenant: FileTenant,
     base_settings: dict[str, Any],
     tmp_path: Path,
-) -> None:
-    company = create_company(client, admin, f"Doors {uuid.uuid4().hex[:6]}")
-    tenant = FileTenant(client, admin, company)
-    names = ["push", "upload", "sftp", "email", "resubmit"]
-    for name in names:
-        options = {"invalid_rows": "quarantine"} if name == "resubmit" else None
-        register_dataset(client, admin, tenant.client_id, name, schema=SCHEMA, options=options)
-        response = client.put(
-            f"/admin/v1/clients/{tenant.client_id}/datasets/{name}/transforms",
-            json={"steps": STEPS},
-            headers=admin,
-        )
-        assert response.status_code == 200, response.text
-
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """`ROWS` through each door into the dataset named after it (push, upload, sftp,
+    email, resubmit): the transaction of each door; and the resubmit's source, an upload
+    quarantined whole (every amount unreadable), then corrected row by row."""
     transactions: dict[str, dict[str, Any]] = {}
     pushed = tenant.push([as_json(row) for row in ROWS], dataset_id="push")
     assert pushed.status_code == 200, pushed.text
@@ -110,14 +101,11 @@ def test_every_channel_stores_the_same_output_with_the_same_counts(
     finally:
         smtp.stop()
     run_worker(client)
-    for channel, name in (("sftp", "sftp"), ("email", "email")):
-        [found] = tenant.transactions(channel=channel, dataset_id=name)["data"]
-        transactions[name] = found
+    for name in ("sftp", "email"):
+        [transactions[name]] = tenant.transactions(channel=name, dataset_id=name)["data"]
 
-    # quarantined whole (every amount unreadable), then corrected row by row
     broken = (HEADER + "".join(f"{o},{e},x,{q},{p},{PLACED}\n" for o, e, _, q, p in ROWS)).encode()
     source = tenant.upload(broken, dataset_id="resubmit")
-    assert (source["records_accepted"], source["records_rejected"]) == (0, len(ROWS))
     corrected = client.post(
         f"/platform/v1/transactions/{source['transaction_id']}/resubmit",
         json={"rows": [{"line": n + 2, "data": as_text(row)} for n, row in enumerate(ROWS)]},
@@ -125,6 +113,31 @@ def test_every_channel_stores_the_same_output_with_the_same_counts(
     )
     assert corrected.status_code == 201, corrected.text
     transactions["resubmit"] = corrected.json()
+    return transactions, source
+
+
+def test_every_channel_stores_the_same_output_with_the_same_counts(
+    client: TestClient,
+    admin: dict[str, str],
+    base_settings: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    company = create_company(client, admin, f"Doors {uuid.uuid4().hex[:6]}")
+    tenant = FileTenant(client, admin, company)
+    names = ["push", "upload", "sftp", "email", "resubmit"]
+    for name in names:
+        options = {"invalid_rows": "quarantine"} if name == "resubmit" else None
+        register_dataset(client, admin, tenant.client_id, name, schema=SCHEMA, options=options)
+        response = client.put(
+            f"/admin/v1/clients/{tenant.client_id}/datasets/{name}/transforms",
+            json={"steps": STEPS},
+            headers=admin,
+        )
+        assert response.status_code == 200, response.text
+
+    transactions, source = through_every_door(client, admin, tenant, base_settings, tmp_path)
+    # the resubmit's source: quarantined whole (every amount unreadable)
+    assert (source["records_accepted"], source["records_rejected"]) == (0, len(ROWS))
 
     counts = {
         name: (
