@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import boto3
 import httpx
@@ -31,6 +32,8 @@ from tests.factories import (
 )
 from tests.files.conftest import CSV_HEADER, csv_rows
 from tests.files.moto import ACCESS_KEY, REGION, SECRET_KEY, moto_server
+from tests.files.test_s3 import SECRET as NOTIFY
+from tests.files.test_s3 import event, key_of, notify, put
 from tests.http_server import Listener, ServerProcess, free_port, start_listener
 from tests.inbox.conftest import Sink, message, send
 from tests.ingestion.conftest import DataTenant, order
@@ -39,16 +42,15 @@ from tests.webhooks.receiver import Receiver, running_receiver
 
 pytestmark = pytest.mark.http
 
-NOTIFY = "topology-notification-secret"
 PUSHES = 40
 FILE_ROWS = 50_000
 FINAL = {"completed", "partially_completed", "rejected", "failed"}
 
 
 @pytest.fixture
-def cluster_env(backend: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+def cluster_env(backend: str, tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
     """The settings every node shares: a new database through PgBouncer, a bucket on
-    moto, Redis, one sealing key."""
+    moto, Redis, one sealing key; and the database's direct URL, for the test's checks."""
     if backend != "postgresql":
         pytest.skip("several machines share a PostgreSQL database")
     with (
@@ -64,7 +66,7 @@ def cluster_env(backend: str, tmp_path: Path) -> Iterator[dict[str, str]]:
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
         ).create_bucket(Bucket=bucket)
-        yield {
+        shared = {
             "HEADWATER_DATABASE_URL": pgbouncer.through(url, port),
             "HEADWATER_DATABASE_POOLING": "transaction",
             "HEADWATER_STORAGE_URL": f"s3://{bucket}",
@@ -85,8 +87,8 @@ def cluster_env(backend: str, tmp_path: Path) -> Iterator[dict[str, str]]:
             "HEADWATER_EXPORT_JOB_STALE_SECONDS": "3",
             "HEADWATER_LOG_LEVEL": "WARNING",
             "HEADWATER_DB_CONNECTIONS": "5",
-            "DIRECT_URL": url,
         }
+        yield shared, url
 
 
 @pytest.fixture
@@ -99,10 +101,9 @@ def relay() -> Iterator[tuple[Sink, int]]:
 
 
 class Cluster:
-    def __init__(self, env: dict[str, str], root: Path, relay_port: int) -> None:
-        self.env = {k: v for k, v in env.items() if k.startswith("HEADWATER_")}
-        self.env["HEADWATER_SMTP_RELAY_URL"] = f"smtp://127.0.0.1:{relay_port}"
-        self.direct = env["DIRECT_URL"]
+    def __init__(self, env: dict[str, str], direct: str, root: Path, relay_port: int) -> None:
+        self.env = env | {"HEADWATER_SMTP_RELAY_URL": f"smtp://127.0.0.1:{relay_port}"}
+        self.direct = direct
         self.root = root
         self.nodes = 0
         self.apis = [self.process("serve", "--no-worker", "--no-sftp", "--no-smtp") for _ in "ab"]
@@ -156,9 +157,10 @@ class Cluster:
 
 @pytest.fixture
 def cluster(
-    cluster_env: dict[str, str], relay: tuple[Sink, int], tmp_path: Path
+    cluster_env: tuple[dict[str, str], str], relay: tuple[Sink, int], tmp_path: Path
 ) -> Iterator[Cluster]:
-    running = Cluster(cluster_env, tmp_path, relay[1])
+    env, direct = cluster_env
+    running = Cluster(env, direct, tmp_path, relay[1])
     try:
         for process in [*running.apis, *running.workers]:
             process.start()
@@ -203,39 +205,12 @@ def _upload(api: httpx.Client, tenant: DataTenant, body: str) -> str:
         headers=tenant.headers,
     )
     assert ticket.status_code == 200, ticket.text
-    put = httpx.put(
-        ticket.json()["upload_url"],
-        content=body.encode(),
-        headers=ticket.json()["headers"],
-        timeout=60,
-    )
-    assert put.status_code == 200, put.text
-    bucket, key = _object_of(ticket.json()["upload_url"])
-    event = {
-        "Records": [
-            {
-                "eventVersion": "2.1",
-                "eventSource": "aws:s3",
-                "eventName": "ObjectCreated:Put",
-                "s3": {
-                    "bucket": {"name": bucket},
-                    "object": {"key": key, "size": len(body), "eTag": "x"},
-                },
-            }
-        ]
-    }
-    notified = api.post(
-        "/hooks/v1/storage/events", json=event, headers={"Authorization": f"Bearer {NOTIFY}"}
-    )
+    stored = put(ticket.json(), body.encode())
+    assert stored.status_code == 200, stored.text
+    bucket = unquote(urlsplit(ticket.json()["upload_url"]).path).split("/")[1]
+    notified = notify(api, event(bucket, key_of(ticket.json())), NOTIFY)  # type: ignore[arg-type]
     assert notified.status_code in (200, 202, 204), notified.text
     return str(ticket.json()["transaction_id"])
-
-
-def _object_of(url: str) -> tuple[str, str]:
-    from urllib.parse import unquote, urlsplit
-
-    bucket, key = unquote(urlsplit(url).path).lstrip("/").split("/", 1)
-    return bucket, key
 
 
 def _wait_final(api: httpx.Client, tenant: DataTenant, expected: int) -> list[dict[str, Any]]:
