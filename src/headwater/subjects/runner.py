@@ -65,13 +65,11 @@ class _Run:
         stop: threading.Event | None,
         duty: float,
     ) -> None:
-        self.db, self.store, self.erasure, self.worker, self.stop = (
-            db,
-            store,
-            erasure,
-            worker,
-            stop,
-        )
+        self.db = db
+        self.store = store
+        self.erasure = erasure
+        self.worker = worker
+        self.stop = stop
         self.duty = duty
         self.resumed = self.renewed = time.monotonic()
         self.id: uuid.UUID = erasure.id
