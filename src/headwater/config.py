@@ -163,6 +163,15 @@ class Settings(BaseSettings):
     # (PgBouncer's pool_mode=transaction), so nothing may rely on session state
     # (contract 19): no options at connect, no server-side prepared statements
     database_pooling: Literal["session", "transaction"] = "session"
+    # PostgreSQL: where processes LISTEN for one another's wake-ups (`wakeups`): a direct
+    # connection, not through a pooler in transaction mode; default: the database URL
+    # unless HEADWATER_DATABASE_POOLING=transaction (then no listening: loops poll)
+    database_listen_url: str | None = None
+    # wake-ups across processes; false: every loop polls as if none could be heard
+    wakeups: bool = True
+    # how often a loop that hears wake-ups looks for work nobody announces (a stale
+    # claim, a retry falling due)
+    idle_poll_seconds: float = Field(30.0, gt=0, le=300)
     metrics_token: SecretStr | None = None
     log_level: str = "INFO"
     log_json: bool = True
@@ -224,6 +233,15 @@ class Settings(BaseSettings):
                     return "postgresql+psycopg://" + url[len(prefix) :]
             return url
         return f"sqlite:///{(self.data_dir / 'headwater.db').resolve()}"
+
+    @property
+    def listen_url(self) -> str | None:
+        """The PostgreSQL URL processes LISTEN on for wake-ups; None: they cannot listen."""
+        if not self.wakeups or not self.sqlalchemy_url.startswith("postgresql"):
+            return None
+        if self.database_listen_url:
+            return self.database_listen_url
+        return self.database_url if self.database_pooling == "session" else None
 
     @property
     def s3_bucket(self) -> str | None:

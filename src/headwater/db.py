@@ -29,7 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -37,6 +37,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 from headwater.config import Settings
 from headwater.kit import sealing
 from headwater.kit.turns import Turns
+from headwater.wakeups import Announcer
 
 if TYPE_CHECKING:
     import psycopg
@@ -507,6 +508,9 @@ class Database:
         )
         self._turns = sqlite_turns(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # wakes loops here and in other processes once marked work commits (`wakeups`)
+        self.announcer = Announcer(self.engine, notify=settings.wakeups)
+        self._listen_url = settings.listen_url
         # Reads that change nothing have an engine of their own (see make_engine).
         self.reader = make_engine(
             settings,
@@ -593,22 +597,42 @@ class Database:
             connection.execution_options(isolation_level="AUTOCOMMIT")
             yield connection
 
+    @property
+    def can_listen(self) -> bool:
+        """Whether this process can hear other processes' wake-ups (`connect_listener`)."""
+        return self._listen_url is not None
+
+    async def connect_listener(self) -> psycopg.AsyncConnection[Any]:
+        """A connection of its own for LISTEN, straight to the server (a pooler in
+        transaction mode would hand its session to others)."""
+        assert self._listen_url is not None
+        return await self.connect_async(name="listen", url=self._listen_url)
+
     async def connect_async(
-        self, *, for_reads: bool = False, generic: bool = False, name: str = "push"
+        self,
+        *,
+        for_reads: bool = False,
+        generic: bool = False,
+        name: str = "push",
+        url: str | None = None,
     ) -> psycopg.AsyncConnection[Any]:
         """A psycopg connection of its own for code on the event loop (PostgreSQL only;
         the push groups' writers, `loop_read`): autocommit, rows as named tuples;
         `for_reads` plans every query for its values, as the read engine does, or, with
         `generic`, a prepared statement once for any values; `name`, what it is for, in its
-        `application_name`. The caller closes it. A failure to connect is raised as
-        SQLAlchemy's, like the engine's."""
+        `application_name`; `url`, another than the engine's (session pooling). The caller
+        closes it. A failure to connect is raised as SQLAlchemy's, like the engine's."""
         import psycopg
         from psycopg.rows import namedtuple_row
 
-        _args, params = self.engine.dialect.create_connect_args(self.engine.url)
+        target = (
+            self.engine.url if url is None else make_url(url).set(drivername="postgresql+psycopg")
+        )
+        _args, params = self.engine.dialect.create_connect_args(target)
         params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
         params["application_name"] = application_name(f"headwater {self.role} {name}")
-        params.update(pooled_params(self.pooling, for_reads=for_reads, generic=generic))
+        pooling = self.pooling if url is None else "session"
+        params.update(pooled_params(pooling, for_reads=for_reads, generic=generic))
         pauses = _pauses(time.monotonic() + self._connect_timeout)
         while True:
             try:
@@ -695,5 +719,6 @@ class Database:
             await connection.close()
 
     def dispose(self) -> None:
+        self.announcer.close()
         self.engine.dispose()
         self.reader.dispose()

@@ -41,6 +41,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, or_, select, update
 
+from headwater import wakeups
 from headwater.db import Database
 from headwater.kit.clock import utcnow_ms
 
@@ -49,12 +50,14 @@ from headwater.kit.clock import utcnow_ms
 class Queue:
     """A table of jobs, as the queue sees it: its model (with the columns `id`,
     `claimed_by`, `claimed_at`, `attempts` and `created_at`, the order: oldest first),
-    and its state column with the values it takes while queued and running."""
+    and its state column with the values it takes while queued and running; `wakeup`,
+    the topic that wakes its workers when a job is queued again (`wakeups`)."""
 
     model: Any
     state: Any
     queued: str
     running: str
+    wakeup: wakeups.Topic | None = None
 
     @property
     def id(self) -> Any:
@@ -167,6 +170,8 @@ def release(
             .where(queue.id == job_id, queue.claimed_by == worker, queue.state == queue.running)
             .values(values)
         )
+        if queue.wakeup is not None:
+            wakeups.mark(connection, queue.wakeup)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,13 +179,14 @@ class Due:
     """A table of jobs that fall due, as the queue sees it: its model (with an `id`), its
     state column and the value of a job still to do (`pending`), the column of its due
     time (`due`) and of the end of the lease its attempt runs under (`leased`, else
-    None)."""
+    None); `wakeup`, the topic that wakes its workers when jobs are due again at once."""
 
     model: Any
     state: Any
     pending: str
     due: Any
     leased: Any
+    wakeup: wakeups.Topic | None = None
 
 
 # The jobs a lease takes from the due candidates (connection, the candidates: at most
@@ -272,3 +278,5 @@ def hand_back(db: Database, queue: Due, leases: Sequence[tuple[Any, datetime]]) 
                 .where(_still_leased(queue, ids, until))
                 .values({queue.due: now, queue.leased: None})
             )
+        if queue.wakeup is not None:
+            wakeups.mark(connection, queue.wakeup)

@@ -26,6 +26,7 @@ from headwater.kit.gate import Gate
 from headwater.kit.ratelimit import FailureLimit, RateLimiter, make_rate_limiter
 from headwater.kit.sealing import SecretBox
 from headwater.kit.signals import Signals
+from headwater.wakeups import Listener
 
 log = structlog.get_logger("headwater.runtime")
 
@@ -50,11 +51,60 @@ class Runtime:
     exports_queued: asyncio.Event = field(default_factory=asyncio.Event)
     # Set when an erasure is queued, so an in-process worker starts at once.
     erasures_queued: asyncio.Event = field(default_factory=asyncio.Event)
-    # Wakes record feed requests waiting on a (client_id, dataset_id) when this process
-    # commits records there.
+    # Set when events are committed, so that the delivery loop sequences them at once.
+    events_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    # Wakes record feed requests waiting on a dataset (its primary key, in hex) when
+    # records are committed there (`wakeups`).
     commits: Signals = field(default_factory=Signals)
     # Full record feed pages read before their readers ask (`ingestion.readahead`).
     feed_ahead: ReadAhead = field(default_factory=ReadAhead)
+    # Hears other processes' wake-ups (PostgreSQL; None where it cannot: `wakeups`).
+    listener: Listener | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def poll(self, polling: float) -> float:
+        """How long an idle loop waits between looks at the database: `polling` while
+        no wake-up can reach it, else HEADWATER_IDLE_POLL_SECONDS (`wakeups`)."""
+        if self.listener is not None and self.listener.listening:
+            return max(polling, self.settings.idle_poll_seconds)
+        return polling
+
+    def wake(self, topic: str, key: str) -> None:
+        """Wake the loops waiting for work of `topic` (from any thread); `key`, the
+        dataset of a feed's wake-up; none: every waiter of the topic."""
+        if topic == "feed":
+            if key:
+                self.commits.notify(key)
+            else:
+                self.commits.notify_all()
+            return
+        ready = {
+            "files": self.files_queued,
+            "exports": self.exports_queued,
+            "erasures": self.erasures_queued,
+            "events": self.events_ready,
+        }.get(topic)
+        loop = self.loop
+        if ready is None or loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:  # a thread's commit
+            running = None
+        if running is loop:
+            ready.set()
+        else:
+            loop.call_soon_threadsafe(ready.set)
+
+    def listen(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """Wake this process's loops on announcements, its own (at once) and, where the
+        database can carry them, every other process's: the listening task, until `stop`."""
+        self.loop = asyncio.get_running_loop()
+        self.db.announcer.handle(self.wake)
+        if not self.db.can_listen:
+            return []
+        self.listener = Listener(self.db.connect_listener, self.wake)
+        return [asyncio.create_task(self.listener.run(stop))]
 
     async def close(self) -> None:
         await self.limiter.close()

@@ -73,7 +73,6 @@ async def poll_uploads(runtime: Runtime) -> None:
     queued = await anyio.to_thread.run_sync(files.poll_pending, runtime.db, runtime.store)
     if queued:
         log.info("uploads noticed by polling", count=queued)
-        runtime.files_queued.set()
 
 
 INCOMING_STALE_SECONDS = 3600.0
@@ -298,7 +297,13 @@ def start_jobs(runtime: Runtime, stop: asyncio.Event, *, file_workers: int) -> l
     until `stop`."""
     from headwater.webhooks.sender import Deliverer
 
-    deliverer = Deliverer(runtime.db, runtime.secret_box, runtime.settings)
+    deliverer = Deliverer(
+        runtime.db,
+        runtime.secret_box,
+        runtime.settings,
+        ready=runtime.events_ready,
+        poll=runtime.poll,
+    )
     return (
         [
             asyncio.create_task(run_forever(runtime, stop)),
@@ -399,8 +404,8 @@ async def _drain_forever(
     name: str,
 ) -> None:
     """Run `take` (one job of a queue, on a thread) until it finds none, then wait for
-    `queued` (work queued in this process) or the poll interval; until `stop`."""
-    poll = runtime.settings.file_poll_seconds
+    `queued` (work queued here, or in another process: `wakeups`) or the poll interval;
+    until `stop`."""
     stopping = threading.Event()  # `stop`, as the worker thread can see it
     watcher = asyncio.create_task(_mirror(stop, stopping))
     try:
@@ -415,6 +420,7 @@ async def _drain_forever(
                 continue
             queued.clear()
             try:
+                poll = runtime.poll(runtime.settings.file_poll_seconds)
                 await asyncio.wait_for(queued.wait(), timeout=poll)
             except TimeoutError:
                 continue

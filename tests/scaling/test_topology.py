@@ -69,6 +69,8 @@ def cluster_env(backend: str, tmp_path: Path) -> Iterator[tuple[dict[str, str], 
         shared = {
             "HEADWATER_DATABASE_URL": pgbouncer.through(url, port),
             "HEADWATER_DATABASE_POOLING": "transaction",
+            # wake-ups: LISTEN straight to the server, past the pooler
+            "HEADWATER_DATABASE_LISTEN_URL": url,
             "HEADWATER_STORAGE_URL": f"s3://{bucket}",
             "HEADWATER_S3_ENDPOINT_URL": s3,
             "HEADWATER_S3_REGION": REGION,

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, insert
 
+from headwater import wakeups
 from headwater.events.models import Event
 from headwater.kit.clock import iso_ms, utcnow_ms
 
@@ -71,9 +72,11 @@ def off_the_log(type: str, *, company_id: uuid.UUID, data: dict[str, Any]) -> di
 
 
 def write(connection: Connection, events: Sequence[dict[str, Any]]) -> None:
-    """Add events to the connection's database transaction (one executemany)."""
+    """Add events to the connection's database transaction (one executemany); once it
+    commits, the workers are woken to deliver them."""
     if events:
         connection.execute(_INSERT, list(events))
+        wakeups.mark(connection, "events")
 
 
 def as_json(row: Any, data: dict[str, Any] | None = None) -> dict[str, Any]:

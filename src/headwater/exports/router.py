@@ -58,8 +58,7 @@ def create_export(
     Parquet, NDJSON or CSV file that the worker writes; read the export for its
     `download_url`. The file holds the records committed when the export starts."""
     export = service.create(session, caller, body, store=runtime.store)
-    session.commit()
-    runtime.exports_queued.set()
+    session.commit()  # wakes the workers (`wakeups`)
     answer = service.view(export)
     return json_response(answer, status_code=status.HTTP_202_ACCEPTED)
 

@@ -14,7 +14,7 @@ import structlog
 from sqlalchemy import Connection, select, update
 from sqlalchemy.orm import Session
 
-from headwater import jobs
+from headwater import jobs, wakeups
 from headwater.db import Database
 from headwater.events import outbox
 from headwater.exports import metrics
@@ -73,6 +73,7 @@ def create(session: Session, caller: Principal, body: ExportCreate, *, store: St
     )
     session.add(export)
     session.flush()
+    wakeups.mark(session.connection(), "exports")
     return export
 
 
@@ -181,6 +182,7 @@ QUEUE = jobs.Queue(
     state=Export.status,
     queued=QUEUED,
     running=RUNNING,
+    wakeup="exports",
 )
 
 

@@ -115,6 +115,7 @@ QUEUE = jobs.Queue(
     state=FileJob.state,
     queued=QUEUED,
     running=RUNNING,
+    wakeup="files",
 )
 
 

@@ -187,7 +187,6 @@ async def put_upload(
         ),
     )
     etag = await service.receive_upload(runtime.db, store, put, request.stream())
-    runtime.files_queued.set()
     return Response(status_code=200, headers={"ETag": f'"{etag}"'})
 
 
@@ -239,6 +238,4 @@ async def storage_events(
     except orjson.JSONDecodeError:
         raise MalformedJSON("The notification body is not JSON.") from None
     queued = await run_in_threadpool(service.handle_notification, runtime.db, runtime.store, event)
-    if queued:
-        runtime.files_queued.set()
     return {"queued": queued}

@@ -16,6 +16,7 @@ import structlog
 from sqlalchemy import Connection, select, update
 from sqlalchemy.orm import Session
 
+from headwater import wakeups
 from headwater.config import Settings
 from headwater.db import Database, dialect_insert
 from headwater.files import parsers
@@ -186,7 +187,9 @@ def _mark_uploaded(
 def _queue_job(
     connection: Connection, *, file_id: uuid.UUID, bucket: str, key: str, etag: str
 ) -> None:
-    """Queue the processing of a stored file, once per object version."""
+    """Queue the processing of a stored file, once per object version; the workers
+    are woken once it commits."""
+    wakeups.mark(connection, "files")
     connection.execute(
         dialect_insert(connection.dialect)(FileJob)
         .values(

@@ -50,10 +50,9 @@ async def changes(
 ) -> bytes:
     """A page of the record feed as JSON (`ChangesPage`). An empty page waits up to
     `query.wait` seconds for records, holding no database connection meanwhile: a commit
-    in this process wakes it at once (`commits`, keyed by client and dataset), another
-    process's shows at the next look, every `poll` seconds."""
+    anywhere wakes it at once (`commits`, keyed by the dataset: `wakeups`); it looks
+    again every `poll` seconds in any case."""
     deadline = time.monotonic() + query.wait
-    key = (query.client_id, query.dataset_id)
     while True:
         dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query, ahead)
         remaining = deadline - time.monotonic()
@@ -61,4 +60,4 @@ async def changes(
             metrics.FEED_PAGES.labels("records" if page.count else "empty").inc()
             metrics.FEED_RECORDS.inc(page.count)
             return page.body(dataset_pk)
-        await commits.wait(key, min(remaining, poll))
+        await commits.wait(dataset_pk.hex, min(remaining, poll))

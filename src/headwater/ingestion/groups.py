@@ -47,6 +47,17 @@ LARGE_AT_ONCE = 2
 TURNS = 4
 
 
+def _announce(db: Database, outcomes: Sequence[service.Outcome]) -> None:
+    """Wake the delivery loops and the feed's readers for a group written on the event
+    loop (a thread's write is announced when its connection goes back to the pool)."""
+    stored = [o.transaction for o in outcomes if isinstance(o, service.Pushed)]
+    if stored:
+        db.announcer.announce("events")
+    for transaction in stored:
+        if transaction["status"] == "completed" and transaction["records_accepted"]:
+            db.announcer.announce("feed", transaction["dataset_pk"].hex)
+
+
 class PushQueue:
     """One per process: pushes wait here while the group before them is written."""
 
@@ -140,6 +151,7 @@ class PushQueue:
             else:
                 self._idle.append(connection)
             if outcomes is not None:
+                _announce(self._db, outcomes)
                 return outcomes
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, service.push_group, self._db, pushes)

@@ -12,13 +12,14 @@ database transaction, so the change and its event commit together or not at all.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from sqlalchemy import Connection, insert, update
 
+from headwater import wakeups
 from headwater.events import outbox
 from headwater.ingestion.models import Transaction
 from headwater.kit.clock import iso_ms
@@ -163,7 +164,19 @@ def finish(
     if row is None:
         return False
     outbox.write(connection, [finished(row._asdict())])
+    mark_feed(connection, [row._asdict()])
     return True
+
+
+def mark_feed(connection: Connection, transactions: Sequence[Mapping[str, Any]]) -> None:
+    """Wake the feed's readers of the datasets where these transactions, once committed,
+    add records (`wakeups`)."""
+    for dataset_pk in {
+        t["dataset_pk"]
+        for t in transactions
+        if t["status"] == Status.COMPLETED and t.get("records_accepted")
+    }:
+        wakeups.mark(connection, "feed", dataset_pk.hex)
 
 
 def finished(row: Mapping[str, Any]) -> dict[str, Any]:

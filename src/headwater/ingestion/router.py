@@ -162,9 +162,6 @@ async def push_json(caller: DataWrite, request: Request) -> Response:
             idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
         ),
     )
-    if pushed.accepted and not pushed.replayed:
-        transaction = pushed.transaction
-        runtime.commits.notify((transaction["client_id"], transaction["dataset_id"]))
     return push_response(pushed)
 
 
@@ -307,7 +304,7 @@ async def list_changes(
         query,
         commits=runtime.commits,
         ahead=runtime.feed_ahead,
-        poll=runtime.settings.feed_poll_seconds,
+        poll=runtime.poll(runtime.settings.feed_poll_seconds),
     )
     return Response(body, media_type="application/json")
 

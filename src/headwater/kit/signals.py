@@ -50,6 +50,13 @@ class Signals:
             else:
                 loop.call_soon_threadsafe(event.set)
 
+    def notify_all(self) -> None:
+        """Wake every waiter, whatever its key."""
+        with self._lock:
+            keys = list(self._waiters)
+        for key in keys:
+            self.notify(key)
+
     def waiting(self) -> int:
         """How many coroutines wait, all keys together."""
         with self._lock:

@@ -44,8 +44,7 @@ def create_erasure(
     `{"record_id", "erased": true}`. With `suppress`, the subjects' later records are not
     stored, on any channel, from this answer on. The subjects are kept only as HMACs."""
     erasure = service.create(session, caller, body)
-    session.commit()
-    runtime.erasures_queued.set()
+    session.commit()  # wakes the workers (`wakeups`)
     return json_response(service.view(erasure), status_code=status.HTTP_202_ACCEPTED)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 from sqlalchemy.orm import Session
 
-from headwater import jobs
+from headwater import jobs, wakeups
 from headwater.db import Database
 from headwater.identity.tokens import Principal
 from headwater.ingestion import api as ingestion
@@ -32,7 +32,9 @@ from headwater.subjects.schemas import (
     SuppressionRead,
 )
 
-QUEUE = jobs.Queue(model=Erasure, state=Erasure.status, queued=QUEUED, running=RUNNING)
+QUEUE = jobs.Queue(
+    model=Erasure, state=Erasure.status, queued=QUEUED, running=RUNNING, wakeup="erasures"
+)
 
 
 def create(session: Session, caller: Principal, body: ErasureCreate) -> Erasure:
@@ -67,6 +69,7 @@ def create(session: Session, caller: Principal, body: ErasureCreate) -> Erasure:
     )
     session.add(erasure)
     session.flush()
+    wakeups.mark(connection, "erasures")
     if body.suppress:
         unique = list({tuple(found): None for found in per_subject})
         # a token limited to some clients suppresses within them, never in the others

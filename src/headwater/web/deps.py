@@ -4,7 +4,6 @@ identity's: `identity/deps.py`)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import abc
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -43,10 +42,9 @@ class Services(Protocol):
     limiter: RateLimiter
     secret_checks: Gate
     token_failures: FailureLimit
-    files_queued: asyncio.Event
-    exports_queued: asyncio.Event
-    erasures_queued: asyncio.Event
     commits: Signals
+
+    def poll(self, polling: float) -> float: ...
 
 
 async def get_runtime(request: Request) -> Services:

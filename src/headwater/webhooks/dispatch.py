@@ -40,7 +40,7 @@ from sqlalchemy import (
     update,
 )
 
-from headwater import jobs
+from headwater import jobs, wakeups
 from headwater.db import Database
 from headwater.events import log, outbox
 from headwater.events.models import Event
@@ -143,6 +143,8 @@ def sequence_company(db: Database, company_id: uuid.UUID, *, limit: int) -> int:
         if sequenced is None:
             return 0
         counts = fan_out(connection, sequenced)
+        if counts:  # deliveries to make: every worker may take some
+            wakeups.mark(connection, "events")
     for type_, count in counts:
         metrics.EVENTS.labels(type_).inc(count)
     return len(sequenced)
@@ -187,6 +189,7 @@ DELIVERIES = jobs.Due(
     pending="pending",
     due=WebhookDelivery.next_attempt_at,
     leased=WebhookDelivery.leased_until,
+    wakeup="events",
 )
 
 
@@ -533,6 +536,20 @@ def disabled_view(row: Any, *, reason: str) -> dict[str, Any]:
         "updated_at": iso_ms(row.updated_at),
         "reason": reason,
     }
+
+
+def next_due_seconds(db: Database) -> float:
+    """Seconds until the next pending delivery falls due (0: one is due; infinity: none
+    is pending): an index probe."""
+    with db.read_connection() as connection:
+        due = connection.scalar(
+            select(func.min(WebhookDelivery.next_attempt_at)).where(
+                WebhookDelivery.status == "pending"
+            )
+        )
+    if due is None:
+        return float("inf")
+    return max(0.0, (due - utcnow()).total_seconds())
 
 
 def oldest_pending_seconds(db: Database) -> float:

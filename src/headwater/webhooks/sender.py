@@ -37,6 +37,7 @@ import functools
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 import aiohttp
@@ -86,8 +87,20 @@ def headers(claimed: Claimed, timestamp: int) -> dict[str, str]:
 class Deliverer:
     """One process's delivery loop and its attempts in flight."""
 
-    def __init__(self, db: Database, box: crypto.SecretBox, settings: Settings) -> None:
+    def __init__(
+        self,
+        db: Database,
+        box: crypto.SecretBox,
+        settings: Settings,
+        *,
+        ready: asyncio.Event | None = None,
+        poll: Callable[[float], float] | None = None,
+    ) -> None:
+        """`ready`: set when events are committed (`wakeups`); `poll`: how long an idle
+        loop waits, given how long it would without wake-ups (`Runtime.poll`)."""
         self.db = db
+        self.ready = ready or asyncio.Event()
+        self.poll = poll or (lambda polling: polling)
         self.box = box
         self.settings = settings
         self.timeout = settings.webhook_timeout_seconds
@@ -143,16 +156,7 @@ class Deliverer:
                     continue
                 if busy:
                     continue
-                self.freed.clear()
-                stopping = asyncio.ensure_future(stop.wait())
-                freed = asyncio.ensure_future(self.freed.wait())
-                await asyncio.wait(
-                    {stopping, freed},
-                    timeout=self.settings.webhook_poll_seconds,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                stopping.cancel()
-                freed.cancel()
+                await self._idle(stop)
         finally:
             self.stopping = True  # no queued delivery starts now: they are handed back
             if self.tasks:
@@ -162,6 +166,22 @@ class Deliverer:
             recorder.cancel()
             for session in self.sessions.values():
                 await session.close()
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        """Wait for a slot to free, events to be committed (`ready`), or the poll: the
+        poll interval, or, where wake-ups are heard, until the next delivery falls due
+        (a retry) if that comes first."""
+        self.freed.clear()
+        self.ready.clear()
+        polling = self.settings.webhook_poll_seconds
+        timeout = self.poll(polling)
+        if timeout > polling:
+            due = await anyio.to_thread.run_sync(dispatch.next_due_seconds, self.db)
+            timeout = max(polling, min(timeout, due))
+        waits = [asyncio.ensure_future(e.wait()) for e in (stop, self.freed, self.ready)]
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
 
     async def _hand_back(self) -> None:
         """Attempts still running at shutdown are stopped and queued ones dropped, their
@@ -195,6 +215,7 @@ class Deliverer:
             )
             try:
                 await anyio.to_thread.run_sync(record)
+                self.ready.set()  # a retry's due time may be sooner than the loop's wait
             except Exception as exc:
                 # not recorded: the leases run out and the deliveries are attempted again
                 log.warning("webhook attempts not recorded", error=str(exc).splitlines()[0])
