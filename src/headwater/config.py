@@ -163,6 +163,8 @@ class Settings(BaseSettings):
     # (PgBouncer's pool_mode=transaction), so nothing may rely on session state
     # (contract 19): no options at connect, no server-side prepared statements
     database_pooling: Literal["session", "transaction"] = "session"
+    # PostgreSQL: a replica for the reads that may lag (docs/scaling.md lists them)
+    database_read_url: str | None = None
     # PostgreSQL: where processes LISTEN for one another's wake-ups (`wakeups`): a direct
     # connection, not through a pooler in transaction mode; default: the database URL
     # unless HEADWATER_DATABASE_POOLING=transaction (then no listening: loops poll)
@@ -206,6 +208,18 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _replica_is_postgres(self) -> Settings:
+        if self.database_read_url is not None and not (
+            self.sqlalchemy_url.startswith("postgresql")
+            and (self.sqlalchemy_read_url or "").startswith("postgresql")
+        ):
+            raise ValueError(
+                "HEADWATER_DATABASE_READ_URL is a PostgreSQL replica's URL, beside a "
+                "PostgreSQL HEADWATER_DATABASE_URL"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _external_idp_is_whole(self) -> Settings:
         given = [self.oidc_issuer, self.oidc_jwks_url, self.oidc_audience]
         if any(given) and not all(given):
@@ -227,12 +241,15 @@ class Settings(BaseSettings):
     def sqlalchemy_url(self) -> str:
         """The database URL SQLAlchemy uses: PostgreSQL through psycopg 3, else SQLite."""
         if self.database_url:
-            url = self.database_url
-            for prefix in ("postgres://", "postgresql://"):
-                if url.startswith(prefix):
-                    return "postgresql+psycopg://" + url[len(prefix) :]
-            return url
+            return _psycopg_url(self.database_url)
         return f"sqlite:///{(self.data_dir / 'headwater.db').resolve()}"
+
+    @property
+    def sqlalchemy_read_url(self) -> str | None:
+        """The replica's URL as SQLAlchemy takes it; None: reads go to the database."""
+        if self.database_read_url is None:
+            return None
+        return _psycopg_url(self.database_read_url)
 
     @property
     def listen_url(self) -> str | None:
@@ -278,3 +295,11 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def _psycopg_url(url: str) -> str:
+    """A PostgreSQL URL as SQLAlchemy takes it, through psycopg 3."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url

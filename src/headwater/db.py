@@ -337,13 +337,19 @@ class Shares:
 
 
 def make_engine(
-    settings: Settings, *, for_reads: bool = False, connections: int = 10, name: str = "headwater"
+    settings: Settings,
+    *,
+    for_reads: bool = False,
+    connections: int = 10,
+    name: str = "headwater",
+    url: str | None = None,
 ) -> Engine:
     """The engine; `for_reads` gives one of its own to reads that change nothing.
     `connections`: PostgreSQL connections it holds at most, each opened when first
     needed and then kept for the next use (under load, a connection closed when
     returned was only opened again at once, at a few milliseconds each);
-    `name`: their `application_name` (with the process id), as `pg_stat_activity` shows.
+    `name`: their `application_name` (with the process id), as `pg_stat_activity` shows;
+    `url`: another database than the settings' (a replica).
 
     SQLite: its read transactions do not take the write lock, so reads never wait for
     its one writer (a long file, say). PostgreSQL: autocommit (no BEGIN and ROLLBACK round
@@ -353,7 +359,7 @@ def make_engine(
     a generic plan chose a slow one. Planning costs about 0.1 ms, which the few simple
     statements of writes need not pay, so only reads do.
     """
-    url = settings.sqlalchemy_url
+    url = url or settings.sqlalchemy_url
     if url.startswith("sqlite"):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False}, pool_size=8)
@@ -519,10 +525,24 @@ class Database:
             name=f"headwater {role} read",
         )
         self.read_sessions = sessionmaker(self.reader, expire_on_commit=False)
+        # Reads that may lag (lists, the activity search, exports) go to a replica, if
+        # one is set (HEADWATER_DATABASE_READ_URL), with a share of their own.
+        self._replica_url = settings.database_read_url
+        self.replica = self.reader
+        if settings.sqlalchemy_read_url is not None:
+            self.replica = make_engine(
+                settings,
+                for_reads=True,
+                connections=self.shares.reads,
+                name=f"headwater {role} replica",
+                url=settings.sqlalchemy_read_url,
+            )
+        self.replica_sessions = sessionmaker(self.replica, expire_on_commit=False)
         # `loop_read`'s idle connections (PostgreSQL) by plan (generic or not), how many it
         # has open, and the gate that bounds how many it uses at once, made for the event
         # loop that uses it
-        self._loop_idle: dict[bool, list[psycopg.AsyncConnection[Any]]] = {False: [], True: []}
+        # (keyed by (generic, on the replica))
+        self._loop_idle: dict[tuple[bool, bool], list[psycopg.AsyncConnection[Any]]] = {}
         self._loop_open = 0
         self._loop_gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         # secrets kept in this database are sealed with this material (read when needed)
@@ -557,13 +577,26 @@ class Database:
         with self.read_sessions() as session:
             yield session
 
-    async def read_on_thread(self, call: Callable[[Session], T]) -> T:
+    @contextmanager
+    def replica_session(self) -> Iterator[Session]:
+        """A session for reads that may lag: on the replica if one is set."""
+        with self.replica_sessions() as session:
+            yield session
+
+    @contextmanager
+    def replica_connection(self) -> Iterator[Connection]:
+        """`read_connection` for reads that may lag: on the replica if one is set."""
+        with self.replica.connect() as connection:
+            yield connection
+
+    async def read_on_thread(self, call: Callable[[Session], T], *, replica: bool = False) -> T:
         """`call(session)` in a read session on a worker thread, for code on the event
-        loop: the session opens, runs and closes in one thread hop."""
+        loop: the session opens, runs and closes in one thread hop; `replica`: a read
+        that may lag."""
         import anyio.to_thread  # the API's: CLI commands never load it
 
         def run() -> T:
-            with self.read_session() as session:
+            with self.replica_session() if replica else self.read_session() as session:
                 return call(session)
 
         return await anyio.to_thread.run_sync(run)
@@ -606,7 +639,7 @@ class Database:
         """A connection of its own for LISTEN, straight to the server (a pooler in
         transaction mode would hand its session to others)."""
         assert self._listen_url is not None
-        return await self.connect_async(name="listen", url=self._listen_url)
+        return await self.connect_async(name="listen", url=self._listen_url, for_reads=True)
 
     async def connect_async(
         self,
@@ -620,7 +653,7 @@ class Database:
         the push groups' writers, `loop_read`): autocommit, rows as named tuples;
         `for_reads` plans every query for its values, as the read engine does, or, with
         `generic`, a prepared statement once for any values; `name`, what it is for, in its
-        `application_name`; `url`, another than the engine's (session pooling). The caller
+        `application_name`; `url`, another than the engine's (a replica, the listener's). The caller
         closes it. A failure to connect is raised as SQLAlchemy's, like the engine's."""
         import psycopg
         from psycopg.rows import namedtuple_row
@@ -631,8 +664,7 @@ class Database:
         _args, params = self.engine.dialect.create_connect_args(target)
         params.pop("context", None)  # SQLAlchemy's adapters, for its own connections
         params["application_name"] = application_name(f"headwater {self.role} {name}")
-        pooling = self.pooling if url is None else "session"
-        params.update(pooled_params(pooling, for_reads=for_reads, generic=generic))
+        params.update(pooled_params(self.pooling, for_reads=for_reads, generic=generic))
         pauses = _pauses(time.monotonic() + self._connect_timeout)
         while True:
             try:
@@ -656,7 +688,7 @@ class Database:
 
     @asynccontextmanager
     async def loop_read(
-        self, *, generic: bool = False
+        self, *, generic: bool = False, replica: bool = False
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A connection for reads on the event loop (PostgreSQL only), kept for the next.
 
@@ -671,7 +703,7 @@ class Database:
         work for a page of the activity search (issue 24). Otherwise every run is
         planned for its values, since a plan made for a filter that matches a few rows
         can be slow for one that matches most. At most `shares.loop_reads` connections of
-        both kinds are open.
+        every kind are open. `replica`: a read that may lag, on the replica if one is set.
         """
         import psycopg
 
@@ -679,16 +711,20 @@ class Database:
         if self._loop_gate is None or self._loop_gate[0] is not loop:
             self._loop_gate = (loop, asyncio.Semaphore(self.shares.loop_reads))
         async with self._loop_gate[1]:  # more reads at once wait for a connection
-            idle = self._loop_idle[generic]
+            kind = (generic, replica and self._replica_url is not None)
+            idle = self._loop_idle.setdefault(kind, [])
             connection = idle.pop() if idle else None
             if connection is None:
-                other = self._loop_idle[not generic]
+                other = next((c for k, c in self._loop_idle.items() if k != kind and c), None)
                 if other and self._loop_open >= self.shares.loop_reads:  # make room: close one
                     await self._loop_close(other.pop(0))
                 self._loop_open += 1  # counted before the wait, as other reads go on
                 try:
                     connection = await self.connect_async(
-                        for_reads=True, generic=generic, name="loop read"
+                        for_reads=True,
+                        generic=generic,
+                        name="loop read",
+                        url=self._replica_url if kind[1] else None,
                     )
                 except BaseException:
                     self._loop_open -= 1
@@ -713,7 +749,7 @@ class Database:
 
     async def close_loop_reads(self) -> None:
         idle = [c for kind in self._loop_idle.values() for c in kind]
-        self._loop_idle = {False: [], True: []}
+        self._loop_idle = {}
         self._loop_open -= len(idle)
         for connection in idle:
             await connection.close()
@@ -722,3 +758,5 @@ class Database:
         self.announcer.close()
         self.engine.dispose()
         self.reader.dispose()
+        if self.replica is not self.reader:
+            self.replica.dispose()

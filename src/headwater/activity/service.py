@@ -278,7 +278,7 @@ async def search_async(db: Database, *, company_id: uuid.UUID, query: ActivitySe
     shape, params = _shape(company_id, query)
     if not db.reads_on_loop or any(many for _, many in shape[0]):
         return await db.read_on_thread(
-            lambda session: search(session, company_id=company_id, query=query)
+            lambda session: search(session, company_id=company_id, query=query), replica=True
         )
     rows, total = await page_on_loop(
         db,
@@ -287,6 +287,7 @@ async def search_async(db: Database, *, company_id: uuid.UUID, query: ActivitySe
         totals=_totals,
         key=lambda position: _total_key(company_id, position, query),
         generic=_plan_once(shape),
+        replica=True,
     )
     return page_json(
         page=query.page, page_size=query.page_size, total=total, fields=_SHOWN, rows=rows
@@ -301,13 +302,15 @@ async def page_on_loop(
     totals: LRU[int],
     key: Callable[[int], Hashable | None],
     generic: bool = False,
+    replica: bool = False,
 ) -> tuple[list[Any], int]:
     """A page built `with_log_position` (text: its page and count statements) on the
     event loop: its rows and its total. `key(position)` is the total's key in `totals`,
     or None where the total is the position itself. `generic`: the statements' best
-    plans do not depend on their values (`Database.loop_read`)."""
+    plans do not depend on their values (`Database.loop_read`); `replica`: a read that
+    may lag."""
     page_sql, count_sql = statements
-    async with db.loop_read(generic=generic) as connection:
+    async with db.loop_read(generic=generic, replica=replica) as connection:
         rows = await (await connection.execute(page_sql, params)).fetchall()
         if rows:
             position = rows[0][-1] or 0

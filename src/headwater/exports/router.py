@@ -18,6 +18,7 @@ from headwater.identity.deps import DataRead
 from headwater.kit.pagination import Page
 from headwater.web.deps import (
     ReadSessionDep,
+    ReplicaSessionDep,
     Services,
     SessionDep,
     SignedRoute,
@@ -70,7 +71,7 @@ def create_export(
 )
 def list_exports(
     query: Annotated[ExportQuery, Query()],
-    session: ReadSessionDep,
+    session: ReplicaSessionDep,
     caller: DataRead,
     runtime: ExportsRuntime,
 ) -> Response:

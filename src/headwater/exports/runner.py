@@ -79,7 +79,8 @@ def run(
     started = time.monotonic()
     out = store.incoming_file(export.object_key)
     try:
-        with db.read_connection() as connection:
+        # a read that may lag: the records the replica holds, if one is set
+        with db.replica_connection() as connection:
             batches = reading.batches(
                 connection, selection, None if export.format == "ndjson" else props
             )

@@ -77,7 +77,7 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
     rather than a broken stream. The stream reads in keyset-ordered chunks, each in a
     short transaction of its own, so a slow reader holds no lock and no cursor.
     """
-    with db.read_session() as session:
+    with db.replica_session() as session:
         statement = _records_statement(session, caller, query)[0].with_only_columns(
             Record.record_id,
             Record.transaction_id,
@@ -95,7 +95,7 @@ def stream_records(db: Database, caller: Principal, query: RecordQuery) -> Itera
             if after is not None:
                 last = tuple_(*(literal(v, c.type) for v, c in zip(after, _ORDER, strict=True)))
                 chunk = chunk.where(tuple_(*_ORDER) > last)
-            with db.read_session() as session:
+            with db.replica_session() as session:
                 rows = session.execute(chunk).all()
             if not rows:
                 return

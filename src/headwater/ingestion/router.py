@@ -41,6 +41,7 @@ from headwater.web.deps import (
     Paging,
     ReaderDep,
     ReadSessionDep,
+    ReplicaSessionDep,
     RuntimeDep,
     Services,
     SessionDep,
@@ -234,9 +235,10 @@ WAIT_POLL_SECONDS = 0.25
     responses={403: {"description": "The token may not use the named ingestion client."}},
 )
 def list_transactions(
-    query: Annotated[TransactionQuery, Query()], session: ReadSessionDep, caller: DataRead
+    query: Annotated[TransactionQuery, Query()], session: ReplicaSessionDep, caller: DataRead
 ) -> object:
-    """The company's transactions, newest first."""
+    """The company's transactions, newest first (a read that may lag: on the replica,
+    if one is set)."""
     rows, total = transactions.list_transactions(session, caller, query)
     items = [transactions.transaction_view(r) for r in rows]
     return json_response(Page[TransactionRead].of(items, params=query, total=total))
@@ -273,7 +275,7 @@ async def list_records(
         return StreamingResponse(lines, media_type=NDJSON)
 
     def page() -> Response:
-        with runtime.db.read_session() as session:
+        with runtime.db.replica_session() as session:  # a read that may lag
             items, total = records.list_records(session, caller, query)
         return json_response(Page[RecordRead].of(items, params=query, total=total))
 

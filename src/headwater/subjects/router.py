@@ -12,7 +12,13 @@ from headwater.identity.deps import DataErase
 from headwater.kit.pagination import Page, PageQuery
 from headwater.subjects import service
 from headwater.subjects.schemas import ErasureCreate, ErasureQuery, ErasureRead, SuppressionRead
-from headwater.web.deps import ReadSessionDep, RuntimeDep, SessionDep, StrictRoute
+from headwater.web.deps import (
+    ReadSessionDep,
+    ReplicaSessionDep,
+    RuntimeDep,
+    SessionDep,
+    StrictRoute,
+)
 from headwater.web.responses import json_response
 
 router = APIRouter(prefix="/platform/v1", tags=["data subjects"], route_class=StrictRoute)
@@ -50,7 +56,7 @@ def create_erasure(
 
 @router.get("/erasures", response_model=Page[ErasureRead])
 def list_erasures(
-    query: Annotated[ErasureQuery, Query()], session: ReadSessionDep, caller: DataErase
+    query: Annotated[ErasureQuery, Query()], session: ReplicaSessionDep, caller: DataErase
 ) -> Response:
     """The company's erasures, newest first (a token limited to some clients sees those
     made within them)."""

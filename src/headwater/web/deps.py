@@ -75,6 +75,16 @@ def get_read_session(runtime: RuntimeDep) -> Iterator[Session]:
 
 ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 
+
+def get_replica_session(runtime: RuntimeDep) -> Iterator[Session]:
+    """A session for reads that may lag (lists): on the replica, if one is set
+    (HEADWATER_DATABASE_READ_URL; docs/scaling.md lists the routes)."""
+    with runtime.db.replica_session() as session:
+        yield session
+
+
+ReplicaSessionDep = Annotated[Session, Depends(get_replica_session)]
+
 P = ParamSpec("P")
 T = TypeVar("T")
 

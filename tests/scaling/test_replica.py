@@ -1,0 +1,117 @@
+"""Reads that may lag go to a replica (HEADWATER_DATABASE_READ_URL, contract 19); every
+other read, and every write, to the database.
+
+The replica here is a copy of the database taken at one moment (`CREATE DATABASE ...
+TEMPLATE`), which then never catches up: a replica lagging for good. What the service
+answers from it shows which reads go where."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from starlette.testclient import TestClient
+
+from headwater.config import Settings
+from headwater.main import create_app
+from tests.factories import (
+    OPERATOR_ID,
+    OPERATOR_SECRET,
+    SEALING_KEY,
+    auth,
+    fresh_pg_database,
+    get_token,
+    pg_admin,
+)
+from tests.ingestion.conftest import DataTenant, order
+
+
+def _settings(tmp_path: Path, url: str, **more: Any) -> Settings:
+    return Settings(
+        data_dir=tmp_path,
+        database_url=url,
+        bootstrap_client_id=OPERATOR_ID,
+        bootstrap_client_secret=OPERATOR_SECRET,
+        public_url="http://testserver",
+        worker_enabled=False,
+        webhook_secret_key=SEALING_KEY,
+        db_connections=6,
+        log_level="WARNING",
+        **more,
+    )
+
+
+@pytest.fixture
+def lagging(backend: str, tmp_path: Path) -> Iterator[tuple[TestClient, DataTenant, str]]:
+    """An app whose replica stopped after the tenant's first push: the app, the tenant,
+    the id of the transaction pushed since."""
+    if backend != "postgresql":
+        pytest.skip("a replica is PostgreSQL's")
+    with (
+        fresh_pg_database("hw_primary") as (primary, url),
+        fresh_pg_database("hw_replica") as (replica, replica_url),
+    ):
+        with TestClient(create_app(_settings(tmp_path, url))) as client:
+            admin = auth(get_token(client, OPERATOR_ID, OPERATOR_SECRET))
+            company = client.post("/admin/v1/companies", json={"name": "R"}, headers=admin)
+            tenant = DataTenant(client, admin, company.json()["id"])
+            assert tenant.push(order(1)).status_code == 200
+        pg_admin(f'DROP DATABASE "{replica}"')
+        pg_admin(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{primary}'"
+        )
+        pg_admin(f'CREATE DATABASE "{replica}" TEMPLATE "{primary}"')
+        settings = _settings(tmp_path, url, database_read_url=replica_url)
+        with TestClient(create_app(settings)) as client:
+            tenant.client = client
+            pushed = tenant.push(order(2))
+            assert pushed.status_code == 200, pushed.text
+            yield client, tenant, pushed.json()["transaction_id"]
+
+
+def _ids(page: dict[str, Any], key: str = "order_id") -> list[Any]:
+    return sorted(item["data"][key] for item in page["data"])
+
+
+def test_lists_read_the_replica(lagging: tuple[TestClient, DataTenant, str]) -> None:
+    client, tenant, _second = lagging
+    assert [r["data"]["order_id"] for r in tenant.records()] == [order(1)["order_id"]]
+    assert len(tenant.transactions()["data"]) == 1
+    streamed = client.get(
+        "/platform/v1/data",
+        params={"client_id": tenant.client_id, "dataset_id": "orders"},
+        headers=tenant.headers | {"accept": "application/x-ndjson"},
+    )
+    assert streamed.text.count("\n") == 1, streamed.text
+    asked = client.post(
+        "/platform/v1/exports",
+        json={"client_id": tenant.client_id, "dataset_id": "orders", "format": "ndjson"},
+        headers=tenant.headers,
+    )
+    assert asked.status_code == 202, asked.text
+    export = f"/platform/v1/exports/{asked.json()['export_id']}"
+    assert client.get(export, headers=tenant.headers).status_code == 200  # the database's
+    listed = client.get("/platform/v1/exports", headers=tenant.headers)
+    assert listed.json()["data"] == []  # the replica's
+
+
+def test_a_read_after_a_write_and_the_feed_read_the_database(
+    lagging: tuple[TestClient, DataTenant, str],
+) -> None:
+    client, tenant, second = lagging
+    one = client.get(f"/platform/v1/transactions/{second}", headers=tenant.headers)
+    assert one.status_code == 200, one.text  # not on the replica: read where it was written
+    changes = client.get(
+        "/platform/v1/data/changes",
+        params={"client_id": tenant.client_id, "dataset_id": "orders"},
+        headers=tenant.headers,
+    )
+    assert _ids(changes.json()) == sorted([order(1)["order_id"], order(2)["order_id"]])
+
+
+def test_a_replica_url_needs_postgresql(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="HEADWATER_DATABASE_READ_URL"):
+        Settings(data_dir=tmp_path, database_read_url="postgresql://127.0.0.1/replica")
