@@ -35,6 +35,7 @@ from headwater.ingestion import (
     datasets,
     dedupe,
     erasure,
+    feed,
     hashkeys,
     lifecycle,
     sinks,
@@ -78,6 +79,7 @@ __all__ = [
     "file_transaction",
     "find_dataset",
     "finish",
+    "number_feed",
     "open_file",
     "progress",
     "publish",
@@ -91,6 +93,7 @@ __all__ = [
     "store_rows",
     "transaction_read",
     "transform",
+    "unfed_datasets",
     "usable_tree",
     "visible_to",
     "visible_where",
@@ -339,6 +342,18 @@ def record_finished(
     )
     row["completed_at"] = utcnow_ms()
     sinks.for_dialect(connection.dialect.name).store(connection, [row], [])
+
+
+def number_feed(db: Database, dataset_pk: uuid.UUID) -> None:
+    """Give the dataset's committed transactions their feed positions (after the commit
+    that stored them, in a short transaction of its own: `ingestion.feed`)."""
+    feed.catch_up(db, dataset_pk)
+
+
+def unfed_datasets(db: Database) -> list[uuid.UUID]:
+    """The datasets with committed transactions still without a feed position."""
+    with db.read_connection() as connection:
+        return feed.unfed_datasets(connection)
 
 
 def file_transaction(session: Session, caller: Principal, transaction_id: uuid.UUID) -> Transaction:

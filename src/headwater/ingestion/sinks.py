@@ -358,7 +358,8 @@ class PostgresSink:
         batches: Sequence[RecordBatch],
     ) -> None:
         driver_execute(connection, *_store_statement(transactions, batches))
-        wakeups.mark(connection, "events")
+        for company_id in {transaction["company_id"] for transaction in transactions}:
+            wakeups.mark(connection, "outbox", company_id.hex)
         lifecycle.mark_feed(connection, transactions)
 
     def add(
