@@ -488,7 +488,7 @@ def run_worker() -> None:
         loop = asyncio.get_running_loop()
         for stopping in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(stopping, stop.set)
-        tasks = worker.listen(runtime, stop)
+        tasks = runtime.listen(stop)
         tasks += worker.start_jobs(runtime, stop, file_workers=max(1, settings.file_workers))
         await stop.wait()
         await worker.stop_jobs(runtime, stop, tasks)

@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         with memory.collecting_less():
             stop = asyncio.Event()
             tasks = [asyncio.create_task(worker.refresh_revocations_forever(runtime, stop))]
-            tasks += worker.listen(runtime, stop)
+            tasks += runtime.listen(stop)
             if settings.worker_enabled:
                 tasks += worker.start_jobs(runtime, stop, file_workers=settings.file_workers)
             try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from dataclasses import dataclass, field
 
 import anyio.to_thread
@@ -62,11 +61,6 @@ class Runtime:
     # Hears other processes' wake-ups (PostgreSQL; None where it cannot: `wakeups`).
     listener: Listener | None = None
     loop: asyncio.AbstractEventLoop | None = None
-    # What this process committed and has still to number: ("records", a dataset's key)
-    # and ("outbox", a company's), with the event that wakes the numbering loop
-    to_number: set[tuple[str, str]] = field(default_factory=set)
-    numbering: asyncio.Event = field(default_factory=asyncio.Event)
-    _to_number_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def poll(self, polling: float) -> float:
         """How long an idle loop waits between looks at the database: `polling` while
@@ -77,28 +71,21 @@ class Runtime:
 
     def wake(self, topic: str, key: str) -> None:
         """Wake the loops waiting for work of `topic` (from any thread); `key`, the
-        dataset or company it is about; none: every waiter of the topic."""
-        if topic in ("feed", "events"):  # numbered: the feeds' readers
-            waiter = key if topic == "feed" else f"events:{key}"
+        dataset of a feed's wake-up; none: every waiter of the topic."""
+        if topic == "feed":
             if key:
-                self.commits.notify(waiter)
+                self.commits.notify(key)
             else:
                 self.commits.notify_all()
+            return
         ready = {
             "files": self.files_queued,
             "exports": self.exports_queued,
             "erasures": self.erasures_queued,
-            # another process's events: the delivery loop numbers those with endpoints
-            "outbox": self.events_ready,
             "events": self.events_ready,
         }.get(topic)
-        if ready is not None:
-            self._set(ready)
-
-    def _set(self, ready: asyncio.Event) -> None:
-        """`ready.set()` on this process's event loop, from any thread."""
         loop = self.loop
-        if loop is None or loop.is_closed():
+        if ready is None or loop is None or loop.is_closed():
             return
         try:
             running = asyncio.get_running_loop()
@@ -109,24 +96,11 @@ class Runtime:
         else:
             loop.call_soon_threadsafe(ready.set)
 
-    def _announced(self, topic: str, key: str) -> None:
-        """This process's own announcement: what it committed is numbered here."""
-        if topic in ("records", "outbox") and key:
-            with self._to_number_lock:
-                self.to_number.add((topic, key))
-            self._set(self.numbering)
-        self.wake(topic, key)
-
-    def take_to_number(self) -> set[tuple[str, str]]:
-        with self._to_number_lock:
-            taken, self.to_number = self.to_number, set()
-        return taken
-
     def listen(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         """Wake this process's loops on announcements, its own (at once) and, where the
         database can carry them, every other process's: the listening task, until `stop`."""
         self.loop = asyncio.get_running_loop()
-        self.db.announcer.handle(self._announced)
+        self.db.announcer.handle(self.wake)
         if not self.db.can_listen:
             return []
         self.listener = Listener(self.db.connect_listener, self.wake)

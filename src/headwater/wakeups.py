@@ -1,7 +1,7 @@
 """Wake-ups across processes: work left by one process starts at once in another.
 
 A change that leaves work for someone (a file to process, an export, an erasure, events
-or records to number, deliveries to make) marks its database transaction with a topic
+to deliver, records for the feed's readers) marks its database transaction with a topic
 (`mark`). Once the transaction has committed and its connection is back in its pool, the
 process announces the marks (`Announcer`): at once to its own loops, and to every other
 process through PostgreSQL's NOTIFY on one channel, a few announcements a statement and
@@ -42,10 +42,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("headwater.wakeups")
 
 CHANNEL = "headwater_wakeups"
-# files, exports, erasures: a job queued; outbox: a company's events committed (to number);
-# events: a company's events numbered, deliveries made; records: a dataset's records
-# committed (to number); feed: a dataset's records numbered, for the feed's readers
-Topic = Literal["files", "exports", "erasures", "outbox", "events", "records", "feed"]
+Topic = Literal["files", "exports", "erasures", "events", "feed"]
 TOPICS: tuple[str, ...] = Topic.__args__  # type: ignore[attr-defined]
 # Announcements gathered before one NOTIFY statement sends them, at most this often
 COALESCE = 0.005

@@ -7,7 +7,6 @@ run one), and must survive a database that is briefly unreachable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import socket
@@ -23,7 +22,6 @@ import structlog
 
 from headwater import scheduler
 from headwater.config import Settings
-from headwater.db import Database
 from headwater.exports import service as exports
 from headwater.files import processing
 from headwater.files import service as files
@@ -206,83 +204,6 @@ async def purge_exports(runtime: Runtime) -> None:
         log.info("export files past their lifetime deleted", count=purged)
 
 
-def number_left(db: Database) -> int:
-    """Number what processes committed and died before numbering (`number_forever`):
-    how many datasets and companies had some."""
-    from headwater.ingestion import api as ingestion
-    from headwater.webhooks import dispatch
-
-    datasets = ingestion.unfed_datasets(db)
-    for dataset_pk in datasets:
-        ingestion.number_feed(db, dataset_pk)
-        db.announcer.announce("feed", dataset_pk.hex)
-    companies = dispatch.waiting_companies(db)
-    for company_id in companies:
-        dispatch.sequence_all(db, company_id)
-    return len(datasets) + len(companies)
-
-
-async def number_left_behind(runtime: Runtime) -> None:
-    """The periodic sweep of `number_left`."""
-    numbered = await anyio.to_thread.run_sync(number_left, runtime.db)
-    if numbered:
-        log.info("feeds numbered that their writers left", count=numbered)
-
-
-RENUMBER_PAUSE = 0.5  # seconds before numbering again what the database refused
-
-
-async def number_forever(runtime: Runtime, stop: asyncio.Event) -> None:
-    """Number, after their commits, the records and events this process committed
-    (contract 19: no GET request writes): each dataset's committed transactions get
-    their feed positions (`ingestion.feed`) and each company's events theirs, with their
-    deliveries (`webhooks.dispatch`); then the feeds' readers, here and on every node,
-    are woken (`wakeups`). What waits while one round runs goes in the next, so a busy
-    dataset is numbered once a round, not once a commit."""
-    from headwater.ingestion import api as ingestion
-    from headwater.webhooks import dispatch
-
-    def run(taken: set[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Number what was taken; what could not be (the database busy or away)."""
-        left = set()
-        for topic, key in sorted(taken):
-            try:
-                if topic == "records":
-                    ingestion.number_feed(runtime.db, uuid.UUID(key))
-                    runtime.db.announcer.announce("feed", key)
-                else:  # sequencing announces "events" with its commit
-                    dispatch.sequence_all(runtime.db, uuid.UUID(key))
-            except Exception as exc:
-                log.warning("feed not numbered", error=str(exc).splitlines()[0])
-                left.add((topic, key))
-        return left
-
-    while not stop.is_set():
-        taken = runtime.take_to_number()
-        if taken:
-            left = await anyio.to_thread.run_sync(run, taken)
-            if left:  # again after a pause (a process stopping leaves them to the sweep)
-                with runtime._to_number_lock:
-                    runtime.to_number |= left
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=RENUMBER_PAUSE)
-            continue
-        runtime.numbering.clear()
-        if runtime.to_number:
-            continue
-        stopping = asyncio.ensure_future(stop.wait())
-        woken = asyncio.ensure_future(runtime.numbering.wait())
-        await asyncio.wait({stopping, woken}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        woken.cancel()
-
-
-def listen(runtime: Runtime, stop: asyncio.Event) -> list[Task[None]]:
-    """What every API and worker process runs until `stop`: its wake-ups (`Runtime.listen`)
-    and the numbering of what it commits."""
-    return [*runtime.listen(stop), asyncio.create_task(number_forever(runtime, stop))]
-
-
 RETENTION_SECONDS = 3600  # contract section 17: removed within 24 h; run hourly
 
 
@@ -328,7 +249,6 @@ def periodic(settings: Settings) -> list[scheduler.Periodic]:
                 send_email_replies,
                 purge_events,
                 purge_exports,
-                number_left_behind,
             )
         ),
         scheduler.Periodic("sweep_orphans", ORPHAN_SECONDS, sweep_orphans),

@@ -11,15 +11,13 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 from starlette.testclient import TestClient
 
-from headwater import worker
 from headwater.config import Settings
 from headwater.db import Database
-from headwater.ingestion import api as ingestion
 from headwater.ingestion import feed, lifecycle, sinks
-from headwater.ingestion.models import Dataset, Transaction
+from headwater.ingestion.models import Dataset
 from headwater.kit.clock import utcnow
 from headwater.runtime import Runtime
 from tests.downstream.conftest import FeedTenant
@@ -80,18 +78,9 @@ def _dataset(db: Database, tenant: FeedTenant) -> Dataset:
         return session.scalars(select(Dataset).where(Dataset.client_id == tenant.client_id)).one()
 
 
-def _store(
-    db: Database,
-    dataset: Dataset,
-    author: uuid.UUID,
-    size: int,
-    hold: float,
-    *,
-    numbered: bool = True,
-) -> list[str]:
+def _store(db: Database, dataset: Dataset, author: uuid.UUID, size: int, hold: float) -> list[str]:
     """`size` records in one transaction, stored by the sink in a database transaction
-    held open `hold` seconds before its commit; their order ids. `numbered`: numbered
-    after the commit, as a writing process does (else as by one that died then)."""
+    held open `hold` seconds before its commit; their order ids."""
     now = utcnow()
     transaction = lifecycle.new(
         channel="api",
@@ -119,8 +108,6 @@ def _store(
     with db.begin() as connection:
         sinks.for_dialect(db.engine.dialect.name).store(connection, [transaction], [batch])
         time.sleep(hold)
-    if numbered:
-        ingestion.number_feed(db, dataset.id)
     return names
 
 
@@ -204,41 +191,6 @@ def test_wait_answers_when_this_process_commits(feed_tenant: FeedTenant, make_cl
     assert runtime.commits.waiting() == 0
 
 
-def test_no_read_of_the_feed_writes_and_the_sweep_numbers_what_a_dead_writer_left(
-    settings: Settings, feed_tenant: FeedTenant
-) -> None:
-    """Contract 19: no GET request writes. Records committed by a writer that died before
-    numbering them stay without a position however often the feed is read; the
-    worker's sweep numbers them, and the feed then answers them."""
-    db = Database(settings)
-    try:
-        dataset = _dataset(db, feed_tenant)
-        author = uuid.UUID(feed_tenant.credential["author_id"])
-        names = _store(db, dataset, author, 3, 0, numbered=False)
-
-        def unnumbered() -> int:
-            with db.read_connection() as connection:
-                return int(
-                    connection.scalar(
-                        select(func.count()).where(
-                            Transaction.dataset_pk == dataset.id,
-                            Transaction.status == "completed",
-                            Transaction.feed_pos.is_(None),
-                        )
-                    )
-                    or 0
-                )
-
-        for _ in range(2):
-            assert feed_tenant.changes()["data"] == []
-        assert unnumbered() == 1
-        assert worker.number_left(db) >= 1
-        assert unnumbered() == 0
-        assert [r["data"]["order_id"] for r in feed_tenant.changes()["data"]] == names
-    finally:
-        db.dispose()
-
-
 def test_wait_sees_another_process_commit_by_polling(
     settings: Settings, feed_tenant: FeedTenant, make_client: Any
 ) -> None:
@@ -293,7 +245,6 @@ def test_the_page_after_a_full_page_is_read_ahead_and_taken_once(
     feed_tenant: FeedTenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     feed_tenant.push_orders(1, 2, 3, 4)
-    feed_tenant.changes(limit=4)  # numbered (just after the pushes' commits)
     spy = PageSpy(monkeypatch)
     records, _ = feed_tenant.follow(limit=2)
     assert [r["data"]["order_id"] for r in records] == ["A-1", "A-2", "A-3", "A-4"]

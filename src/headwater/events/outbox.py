@@ -73,11 +73,10 @@ def off_the_log(type: str, *, company_id: uuid.UUID, data: dict[str, Any]) -> di
 
 def write(connection: Connection, events: Sequence[dict[str, Any]]) -> None:
     """Add events to the connection's database transaction (one executemany); once it
-    commits, they are numbered (`wakeups`: the process that committed them numbers them)."""
+    commits, the workers are woken to deliver them."""
     if events:
         connection.execute(_INSERT, list(events))
-        for company_id in {event["company_id"] for event in events}:
-            wakeups.mark(connection, "outbox", company_id.hex)
+        wakeups.mark(connection, "events")
 
 
 def as_json(row: Any, data: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -35,7 +35,6 @@ from headwater.ingestion import (
     datasets,
     dedupe,
     erasure,
-    feed,
     hashkeys,
     lifecycle,
     sinks,
@@ -79,7 +78,6 @@ __all__ = [
     "file_transaction",
     "find_dataset",
     "finish",
-    "number_feed",
     "open_file",
     "progress",
     "publish",
@@ -93,7 +91,6 @@ __all__ = [
     "store_rows",
     "transaction_read",
     "transform",
-    "unfed_datasets",
     "usable_tree",
     "visible_to",
     "visible_where",
@@ -342,18 +339,6 @@ def record_finished(
     )
     row["completed_at"] = utcnow_ms()
     sinks.for_dialect(connection.dialect.name).store(connection, [row], [])
-
-
-def number_feed(db: Database, dataset_pk: uuid.UUID) -> None:
-    """Give the dataset's committed transactions their feed positions (after the commit
-    that stored them, in a short transaction of its own: `ingestion.feed`)."""
-    feed.catch_up(db, dataset_pk)
-
-
-def unfed_datasets(db: Database) -> list[uuid.UUID]:
-    """The datasets with committed transactions still without a feed position."""
-    with db.read_connection() as connection:
-        return feed.unfed_datasets(connection)
 
 
 def file_transaction(session: Session, caller: Principal, transaction_id: uuid.UUID) -> Transaction:

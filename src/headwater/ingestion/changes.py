@@ -15,10 +15,6 @@ from headwater.ingestion.readahead import ReadAhead
 from headwater.ingestion.schemas import ChangesQuery
 from headwater.kit.signals import Signals
 
-# How long a page waits for records committed just before it to be numbered (their
-# writer numbers them at once; one that died leaves them to the worker's sweep)
-PENDING_WAIT, PENDING_STEP = 1.0, 0.05
-
 
 def _changes(
     db: Database, caller: Principal, query: ChangesQuery, ahead: ReadAhead
@@ -59,13 +55,6 @@ async def changes(
     deadline = time.monotonic() + query.wait
     while True:
         dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query, ahead)
-        numbered_by = time.monotonic() + PENDING_WAIT
-        while page.pending and time.monotonic() < numbered_by:
-            # records committed and being numbered: a reader sees its own writes at once
-            # (woken when they are; a wake-up between the read and the wait is missed,
-            # hence the short steps)
-            await commits.wait(dataset_pk.hex, PENDING_STEP)
-            dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query, ahead)
         remaining = deadline - time.monotonic()
         if page.count or remaining <= 0:
             metrics.FEED_PAGES.labels("records" if page.count else "empty").inc()

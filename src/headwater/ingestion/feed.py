@@ -28,7 +28,7 @@ than its count, so a page may come back short of `limit` with more after it.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -45,7 +45,7 @@ from sqlalchemy import (
     union_all,
 )
 
-from headwater.db import Database, Numbering, driver_execute
+from headwater.db import Database, Numbering, driver_execute, unless_writer_busy
 from headwater.errors import InvalidCursor
 from headwater.ingestion.models import UNFED, FeedHead, Record, RecordTombstone, Transaction
 from headwater.kit import cursors
@@ -83,16 +83,8 @@ def sequence(connection: Connection, dataset_pk: uuid.UUID, *, limit: int = SEQU
 
 def catch_up(db: Database, dataset_pk: uuid.UUID) -> None:
     """Number what has committed and waits for its place."""
-    with db.begin() as connection:
-        while sequence(connection, dataset_pk) == SEQUENCE_BATCH:
-            continue
-
-
-def unfed_datasets(connection: Connection) -> list[uuid.UUID]:
-    """The datasets with committed transactions waiting for a position (the partial
-    index of those)."""
-    found = connection.execute(select(Transaction.dataset_pk).where(text(UNFED)).distinct())
-    return [dataset_pk for (dataset_pk,) in found]
+    with unless_writer_busy(), db.begin() as connection:
+        sequence(connection, dataset_pk)
 
 
 # --- cursors ----------------------------------------------------------------------------------
@@ -225,8 +217,6 @@ class Changes:
     text: str
     count: int
     cursor: Cursor
-    # committed transactions of the dataset wait for their positions (a page not full)
-    pending: bool = False
 
     def body(self, dataset_pk: uuid.UUID) -> bytes:
         return (
@@ -298,20 +288,16 @@ def _chunks(
 
 
 def page(db: Database, dataset_pk: uuid.UUID, cursor: Cursor, *, limit: int) -> Changes:
-    """`read` on a connection of its own. A page that is not full (its reader is at the
-    end of what has a place) says whether committed transactions wait for their
-    positions, which their writer gives them at once after its commit (`worker.
-    number_forever`): the caller may wait for that. A reader catching up pays for no
-    probe; no reader writes. A short page with nothing waiting is read a second time, after
-    the look: a numbering that committed between the first read and the look is seen."""
+    """`read` on a connection of its own; when the page is not full (its reader is at the
+    end of what has a place), the dataset's transactions committed since the last
+    numbering are numbered first and the page is read again, so a reader sees its own
+    writes at once. A reader catching up pays for no write and no probe."""
     with db.read_connection() as connection:
         changes = read(connection, dataset_pk, cursor, limit=limit)
-        if changes.count == limit:
+        if changes.count == limit or not pending(connection, dataset_pk):
             return changes
-        if pending(connection, dataset_pk):
-            return replace(changes, pending=True)
-        # nothing waits now; what was numbered between the read and this look (its
-        # writer's numbering may have committed then) is read again
+    catch_up(db, dataset_pk)
+    with db.read_connection() as connection:
         return read(connection, dataset_pk, cursor, limit=limit)
 
 

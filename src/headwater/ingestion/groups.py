@@ -48,14 +48,14 @@ TURNS = 4
 
 
 def _announce(db: Database, outcomes: Sequence[service.Outcome]) -> None:
-    """Have the events and records of a group written on the event loop numbered (a
-    thread's write is announced when its connection goes back to the pool)."""
+    """Wake the delivery loops and the feed's readers for a group written on the event
+    loop (a thread's write is announced when its connection goes back to the pool)."""
     stored = [o.transaction for o in outcomes if isinstance(o, service.Pushed)]
-    for company_id in {transaction["company_id"] for transaction in stored}:
-        db.announcer.announce("outbox", company_id.hex)
+    if stored:
+        db.announcer.announce("events")
     for transaction in stored:
         if transaction["status"] == "completed" and transaction["records_accepted"]:
-            db.announcer.announce("records", transaction["dataset_pk"].hex)
+            db.announcer.announce("feed", transaction["dataset_pk"].hex)
 
 
 class PushQueue:

@@ -169,14 +169,14 @@ def finish(
 
 
 def mark_feed(connection: Connection, transactions: Sequence[Mapping[str, Any]]) -> None:
-    """Have the records of these transactions numbered for the feed once they commit
-    (`wakeups`), and the events of final ones."""
+    """Wake the feed's readers of the datasets where these transactions, once committed,
+    add records (`wakeups`)."""
     for dataset_pk in {
         t["dataset_pk"]
         for t in transactions
         if t["status"] == Status.COMPLETED and t.get("records_accepted")
     }:
-        wakeups.mark(connection, "records", dataset_pk.hex)
+        wakeups.mark(connection, "feed", dataset_pk.hex)
 
 
 def finished(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -358,8 +358,7 @@ class PostgresSink:
         batches: Sequence[RecordBatch],
     ) -> None:
         driver_execute(connection, *_store_statement(transactions, batches))
-        for company_id in {transaction["company_id"] for transaction in transactions}:
-            wakeups.mark(connection, "outbox", company_id.hex)
+        wakeups.mark(connection, "events")
         lifecycle.mark_feed(connection, transactions)
 
     def add(

@@ -143,8 +143,8 @@ def sequence_company(db: Database, company_id: uuid.UUID, *, limit: int) -> int:
         if sequenced is None:
             return 0
         counts = fan_out(connection, sequenced)
-        # numbered: the feed's readers, and the delivery loops for the deliveries made
-        wakeups.mark(connection, "events", company_id.hex)
+        if counts:  # deliveries to make: every worker may take some
+            wakeups.mark(connection, "events")
     for type_, count in counts:
         metrics.EVENTS.labels(type_).inc(count)
     return len(sequenced)
@@ -154,14 +154,6 @@ def sequence_all(db: Database, company_id: uuid.UUID) -> None:
     """Sequence the company until none of its committed events waits."""
     while sequence_company(db, company_id, limit=log.SEQUENCE_BATCH) == log.SEQUENCE_BATCH:
         continue
-
-
-def waiting_companies(db: Database) -> list[uuid.UUID]:
-    """The companies with committed events still without a position (the partial index
-    of those)."""
-    with db.read_connection() as connection:
-        found = connection.execute(select(Event.company_id).where(Event.pos.is_(None)).distinct())
-        return [company_id for (company_id,) in found]
 
 
 def sequence_followed(db: Database) -> int:

@@ -8,17 +8,15 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from headwater.db import Database
+from headwater.db import Database, unless_writer_busy
 from headwater.errors import InvalidCursor
 from headwater.events import log
 from headwater.kit import cursors
+from headwater.webhooks import dispatch
 from headwater.webhooks.errors import CursorExpired
 from headwater.webhooks.rendering import render
 
 _PREFIX = "p"
-# How long a page waits for events committed just before it to be numbered, in steps
-# (their writer numbers them at once; one that died leaves them to the worker's sweep)
-PENDING_WAIT, PENDING_STEP = 1.0, 0.05
 
 
 def encode(position: int) -> str:
@@ -47,9 +45,8 @@ def page(
     types: Sequence[str] | None,
     limit: int,
 ) -> dict[str, Any]:
-    """`{"data", "next_cursor"}`, and `pending`: events are committed but not yet given
-    a position, which their writer gives them at once after its commit (`worker.
-    number_forever`): the caller may wait for that. No reader writes."""
+    """`{"data", "next_cursor"}`. Events committed but not yet given a position are
+    given one first (with their deliveries), so a reader sees its own writes at once."""
     position = decode(cursor)
     with db.read_connection() as connection:
         if position > log.head(connection, company_id):
@@ -57,6 +54,10 @@ def page(
                 "`after` points past the end of the log; pass a `next_cursor` as it came."
             )
         waiting = log.pending(connection, company_id)
+    if waiting:
+        with unless_writer_busy():
+            dispatch.sequence_all(db, company_id)
+    with db.read_connection() as connection:
         rows = log.after(
             connection, company_id=company_id, position=position, types=types, limit=limit
         )
@@ -68,5 +69,4 @@ def page(
                 "HEADWATER_EVENT_RETENTION_DAYS days); start again without `after`.",
             )
         data = render(connection, rows)
-    next_cursor = encode(rows[-1].pos if rows else position)
-    return {"data": data, "next_cursor": next_cursor, "pending": waiting and len(rows) < limit}
+    return {"data": data, "next_cursor": encode(rows[-1].pos if rows else position)}

@@ -3,7 +3,6 @@ contract section 13."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Annotated, Any, Protocol
 
@@ -88,21 +87,15 @@ async def list_events(
     an empty page answers the same cursor. Events are kept
     HEADWATER_EVENT_RETENTION_DAYS (30) days; a cursor older than that answers 410."""
     company_id = caller.actor.company_id
-
-    def read() -> dict[str, Any]:
-        return feed.page(
+    page = await run_in_threadpool(
+        lambda: feed.page(
             runtime.db,
             company_id=company_id,
             cursor=query.after,
             types=query.type,
             limit=query.limit,
         )
-
-    page, numbered_by = await run_in_threadpool(read), time.monotonic() + feed.PENDING_WAIT
-    while page.pop("pending") and time.monotonic() < numbered_by:
-        # events committed and being numbered: a reader sees its own writes at once
-        await runtime.commits.wait(f"events:{company_id.hex}", feed.PENDING_STEP)
-        page = await run_in_threadpool(read)
+    )
     return EventPage.model_validate(page)
 
 
