@@ -34,24 +34,27 @@ SLICES = 4
 SETTLE = 8.0  # seconds after the workers connected: start-up work done
 
 
-def _transactions(url: str) -> int:
+def _count(url: str, query: str) -> int:
     with psycopg.connect(url) as connection:
-        row = connection.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
-            "WHERE datname = current_database()"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+        row = connection.execute(query).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _transactions(url: str) -> int:
+    return _count(
+        url,
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+        "WHERE datname = current_database()",
+    )
 
 
 def _connected(url: str) -> int:
     """How many worker processes hold a connection."""
-    with psycopg.connect(url) as connection:
-        row = connection.execute(
-            "SELECT count(DISTINCT pid) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name LIKE 'headwater other%'"
-        ).fetchone()
-    return int(row[0]) if row else 0
+    return _count(
+        url,
+        "SELECT count(DISTINCT pid) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name LIKE 'headwater other%'",
+    )
 
 
 def measure(url: str, env: dict[str, str], seconds: float) -> tuple[float, float]:
