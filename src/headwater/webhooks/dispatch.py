@@ -480,6 +480,7 @@ def schedule(connection: Connection, endpoint_id: uuid.UUID, *, enabled: bool) -
                 next_attempt_at=utcnow_ms()
             )
         )
+        wakeups.mark(connection, "events")  # the workers start them at once
     else:
         connection.execute(pending.values(next_attempt_at=None))
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from sqlalchemy import and_, literal, select, update
 from sqlalchemy.orm import Session
 
+from headwater import wakeups
 from headwater.events import outbox
 from headwater.events.models import Event
 from headwater.kit.actor import Actor
@@ -250,6 +251,8 @@ def replay(
         added = dispatch.deliveries_of(missing, now, due=due).returning(WebhookDelivery.id)
         queued += len(session.execute(added).all())
     session.flush()
+    if queued and due is not None:  # the workers start them at once (`wakeups`)
+        wakeups.mark(session.connection(), "events")
     return int(queued)
 
 
