@@ -27,7 +27,7 @@ import anyio.to_thread
 
 from headwater.db import Database
 from headwater.identity.tokens import Principal
-from headwater.ingestion import service, sinks
+from headwater.ingestion import lifecycle, service, sinks
 
 if TYPE_CHECKING:
     import psycopg
@@ -51,11 +51,8 @@ def _announce(db: Database, outcomes: Sequence[service.Outcome]) -> None:
     """Wake the delivery loops and the feed's readers for a group written on the event
     loop (a thread's write is announced when its connection goes back to the pool)."""
     stored = [o.transaction for o in outcomes if isinstance(o, service.Pushed)]
-    if stored:
-        db.announcer.announce("events")
-    for transaction in stored:
-        if transaction["status"] == "completed" and transaction["records_accepted"]:
-            db.announcer.announce("feed", transaction["dataset_pk"].hex)
+    for topic, key in lifecycle.stored_wakeups(stored):
+        db.announcer.announce(topic, key)
 
 
 class PushQueue:

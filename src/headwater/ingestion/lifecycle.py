@@ -164,19 +164,25 @@ def finish(
     if row is None:
         return False
     outbox.write(connection, [finished(row._asdict())])
-    mark_feed(connection, [row._asdict()])
+    mark_stored(connection, [row._asdict()])
     return True
 
 
-def mark_feed(connection: Connection, transactions: Sequence[Mapping[str, Any]]) -> None:
-    """Wake the feed's readers of the datasets where these transactions, once committed,
-    add records (`wakeups`)."""
-    for dataset_pk in {
-        t["dataset_pk"]
+def stored_wakeups(transactions: Sequence[Mapping[str, Any]]) -> set[tuple[wakeups.Topic, str]]:
+    """What final transactions leave for others once committed (`wakeups`): their
+    events to deliver, and the records of completed ones for the feed's readers."""
+    found: set[tuple[wakeups.Topic, str]] = {("events", "")} if transactions else set()
+    return found | {
+        ("feed", t["dataset_pk"].hex)
         for t in transactions
         if t["status"] == Status.COMPLETED and t.get("records_accepted")
-    }:
-        wakeups.mark(connection, "feed", dataset_pk.hex)
+    }
+
+
+def mark_stored(connection: Connection, transactions: Sequence[Mapping[str, Any]]) -> None:
+    """Mark the caller's database transaction with `stored_wakeups`."""
+    for topic, key in stored_wakeups(transactions):
+        wakeups.mark(connection, topic, key)
 
 
 def finished(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 from sqlalchemy import Connection, Uuid, bindparam, insert, text
 
-from headwater import wakeups
 from headwater.db import as_sqlalchemy_error, driver_execute
 from headwater.events import outbox
 from headwater.ingestion import lifecycle
@@ -193,7 +192,7 @@ class PortableSink:
         events = _final(transactions)
         connection.execute(_INSERT_TRANSACTIONS, list(transactions))
         outbox.write(connection, events)
-        lifecycle.mark_feed(connection, transactions)
+        lifecycle.mark_stored(connection, transactions)
         self.add(connection, batches)
 
     def add(
@@ -358,8 +357,7 @@ class PostgresSink:
         batches: Sequence[RecordBatch],
     ) -> None:
         driver_execute(connection, *_store_statement(transactions, batches))
-        wakeups.mark(connection, "events")
-        lifecycle.mark_feed(connection, transactions)
+        lifecycle.mark_stored(connection, transactions)
 
     def add(
         self, connection: Connection, batches: Sequence[RecordBatch], *, counted: bool = True
