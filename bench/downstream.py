@@ -108,8 +108,9 @@ def load(database_url: str, company: str, records: int) -> uuid.UUID:
                 conn.commit()
                 print(f"  loaded {first + size:,} records", flush=True)
         conn.execute(
-            "INSERT INTO dataset_record_counts (dataset_pk, shard, records) VALUES (%s, 0, %s)",
-            (dataset_pk, records),
+            "INSERT INTO dataset_record_counts (dataset_pk, shard, company_id, records) "
+            "VALUES (%s, 0, %s, %s)",
+            (dataset_pk, company, records),
         )
         conn.commit()
         conn.execute("ANALYZE records")

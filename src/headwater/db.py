@@ -110,15 +110,19 @@ def unless_writer_busy() -> Iterator[None]:
             raise
 
 
-def locked_head(connection: Connection, column: Any, key: Any) -> int:
-    """The counter row of `column`'s table for `key` (its primary key; the row is made
-    at 0 if missing), locked until the caller's commit: its `pos`. Whoever holds the
-    lock is the one process numbering that key's log (`events.log`, `ingestion.feed`)."""
+def locked_head(connection: Connection, column: Any, key: Any, *, company_id: Any = None) -> int:
+    """The counter row of `column`'s table for `key` (the row is made at 0 if missing,
+    with `company_id`, a value or SQL, where the key is not the company itself), locked
+    until the caller's commit: its `pos`. Whoever holds the lock is the one process
+    numbering that key's log (`events.log`, `ingestion.feed`)."""
     table = column.class_
+    row = {column.key: key, "pos": 0}
+    if company_id is not None:
+        row["company_id"] = company_id
     connection.execute(
         dialect_insert(connection.dialect)(table)
-        .values({column.key: key, "pos": 0})
-        .on_conflict_do_nothing(index_elements=[column.key])
+        .values(row)
+        .on_conflict_do_nothing(index_elements=[c.name for c in table.__table__.primary_key])
     )
     return int(
         connection.execute(select(table.pos).where(column == key).with_for_update()).scalar_one()
@@ -146,7 +150,8 @@ class Numbering:
     `head_key`: the head table's key column; `table`, `id`, `position`: the numbered
     table, its primary key and its position column; `scope`: its column holding the
     key; `unnumbered`: SQL of the rows waiting (committed, without a position); `order`:
-    the order they are given positions in. All are constants of ours, never input.
+    the order they are given positions in; `company_of`: the company of a key that is
+    not one (SQL), for a head row made new. All are constants of ours, never input.
     """
 
     def __init__(
@@ -160,8 +165,10 @@ class Numbering:
         unnumbered: str,
         order: str,
         key_type: Any,
+        company_of: Callable[[Any], Any] | None = None,
     ) -> None:
         self.head_key = head_key
+        self.company_of = company_of
         self.statement = text(
             f"""
             UPDATE {table} SET {position} = :head + todo.n
@@ -177,7 +184,8 @@ class Numbering:
     def give(self, connection: Connection, key: Any, *, limit: int) -> tuple[int, int]:
         """Number the key's oldest waiting rows (at most `limit`): (the head before,
         how many were given), in the caller's transaction."""
-        head = locked_head(connection, self.head_key, key)
+        company = self.company_of(key) if self.company_of else None
+        head = locked_head(connection, self.head_key, key, company_id=company)
         given = int(
             connection.execute(self.statement, {"head": head, "key": key, "limit": limit}).rowcount
         )

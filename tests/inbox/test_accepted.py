@@ -24,7 +24,7 @@ from starlette.testclient import TestClient
 
 from headwater.inbox import mime
 from headwater.inbox import service as inboxes
-from headwater.inbox.models import InboxMessage
+from headwater.inbox.models import Inbox, InboxMessage
 from headwater.inbox.server import Handler
 from headwater.runtime import Runtime
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
@@ -146,15 +146,17 @@ def test_only_one_of_two_units_of_work_claims_a_message_id(
     """The second copy waits for the first's commit (a row lock on PostgreSQL, the write
     lock on SQLite), then finds the Message-ID taken."""
     db = _runtime(mail_tenant.client).db
-    inbox_id = uuid.UUID(inbox["inbox_id"])
+    with db.read_session() as session:
+        row = session.get_one(Inbox, uuid.UUID(inbox["inbox_id"]))
+        to = inboxes.Recipient(row.id, row.company_id, row.client_id, row.dataset_id, row.author_id)
     message_id = f"<{uuid.uuid4()}@example.com>"
     second: list[bool] = []
     with db.unit_of_work() as session:
-        assert inboxes.claim_message(session, inbox_id, message_id)
+        assert inboxes.claim_message(session, to, message_id)
 
         def other() -> None:
             with db.unit_of_work() as later:
-                second.append(inboxes.claim_message(later, inbox_id, message_id))
+                second.append(inboxes.claim_message(later, to, message_id))
 
         thread = threading.Thread(target=other)
         thread.start()
@@ -163,7 +165,7 @@ def test_only_one_of_two_units_of_work_claims_a_message_id(
     thread.join(10)
     assert second == [False]
     with db.unit_of_work() as session:  # another Message-ID is free
-        assert inboxes.claim_message(session, inbox_id, f"<{uuid.uuid4()}@example.com>")
+        assert inboxes.claim_message(session, to, f"<{uuid.uuid4()}@example.com>")
 
 
 @pytest.mark.http

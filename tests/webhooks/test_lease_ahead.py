@@ -130,7 +130,17 @@ def test_a_queued_delivery_whose_lease_no_longer_covers_an_attempt_is_not_attemp
     cover = timedelta(seconds=settings.webhook_timeout_seconds) + LEASE_MARGIN
 
     def queued(delivery_id: int, until: datetime) -> Claimed:
-        return Claimed(delivery_id, uuid.uuid4(), "evt", "https://x.test/", ("s",), b"{}", 0, until)
+        return Claimed(
+            delivery_id,
+            uuid.uuid4(),
+            uuid.uuid4(),
+            "evt",
+            "https://x.test/",
+            ("s",),
+            b"{}",
+            0,
+            until,
+        )
 
     async def run() -> None:
         deliverer.queued.extend(

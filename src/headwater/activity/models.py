@@ -35,7 +35,9 @@ class ActivityEntry(Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("companies.id"))
+    company_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("companies.id"), primary_key=True
+    )
     seq: Mapped[int] = mapped_column(BigInteger)
     resource_type: Mapped[str] = mapped_column(String(32))
     resource_id: Mapped[uuid.UUID] = mapped_column(Uuid)

@@ -48,7 +48,7 @@ class Event(Base):
     )
     id: Mapped[uuid.UUID] = mapped_column(Uuid)
     type: Mapped[str] = mapped_column(String(64))
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     transaction_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, default=None)
     # JSON text, not JSONB: read back whole, never queried into

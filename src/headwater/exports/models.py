@@ -25,7 +25,7 @@ class Export(Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("datasets.id"))
     client_id: Mapped[str] = mapped_column(String(64))
     dataset_id: Mapped[str] = mapped_column(String(64))

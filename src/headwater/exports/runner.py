@@ -66,8 +66,7 @@ def run(
     """Write a claimed export's file and complete it, with its event, in one database
     transaction (only while this worker still holds the claim)."""
     with db.read_session() as session:
-        export = session.get(Export, export_id)
-        assert export is not None
+        export = session.scalars(select(Export).where(Export.id == export_id)).one()
         session.expunge(export)
     props = columns.columns(_schemas(db, export.dataset_pk))
     selection = reading.Selection(export.dataset_pk, export.ingested_after, export.ingested_before)

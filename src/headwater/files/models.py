@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
-    ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     String,
@@ -40,13 +40,17 @@ class FileUpload(Base):
     """
 
     __tablename__ = "file_uploads"
-    __table_args__ = (Index(None, "state", "expires_at"),)
+    __table_args__ = (
+        Index(None, "state", "expires_at"),
+        UniqueConstraint("transaction_id", "company_id"),
+        ForeignKeyConstraint(
+            ["transaction_id", "company_id"], ["transactions.id", "transactions.company_id"]
+        ),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    transaction_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid, ForeignKey("transactions.id"), unique=True
-    )
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     bucket: Mapped[str] = mapped_column(String(255))
     object_key: Mapped[str] = mapped_column(String(255))
     content_type: Mapped[str] = mapped_column(String(64))
@@ -65,12 +69,16 @@ class FileJob(Base):
 
     __tablename__ = "file_jobs"
     __table_args__ = (
-        UniqueConstraint("bucket", "object_key", "etag"),
+        UniqueConstraint("bucket", "object_key", "etag", "company_id"),
         Index(None, "bucket", "state", "created_at"),
+        ForeignKeyConstraint(
+            ["file_id", "company_id"], ["file_uploads.id", "file_uploads.company_id"]
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    file_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("file_uploads.id"), index=True)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    file_id: Mapped[uuid.UUID] = mapped_column(Uuid, index=True)
     bucket: Mapped[str] = mapped_column(String(255))
     object_key: Mapped[str] = mapped_column(String(255))
     etag: Mapped[str] = mapped_column(String(128))
@@ -92,7 +100,7 @@ class QuarantinedRow(Base):
     seq: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
     )
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid)
     transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     line: Mapped[int] = mapped_column(Integer)

@@ -157,7 +157,14 @@ def accept_stored(
         )
     )
     session.flush()
-    _queue_job(session.connection(), file_id=file_id, bucket=store.bucket, key=key, etag=etag)
+    _queue_job(
+        session.connection(),
+        company_id=dataset.company_id,
+        file_id=file_id,
+        bucket=store.bucket,
+        key=key,
+        etag=etag,
+    )
     return transaction_id
 
 
@@ -179,13 +186,24 @@ def _mark_uploaded(
         return False
     ingestion.received(connection, upload.transaction_id, size=size, at=now)
     _queue_job(
-        connection, file_id=upload.id, bucket=upload.bucket, key=upload.object_key, etag=etag
+        connection,
+        company_id=upload.company_id,
+        file_id=upload.id,
+        bucket=upload.bucket,
+        key=upload.object_key,
+        etag=etag,
     )
     return True
 
 
 def _queue_job(
-    connection: Connection, *, file_id: uuid.UUID, bucket: str, key: str, etag: str
+    connection: Connection,
+    *,
+    company_id: uuid.UUID,
+    file_id: uuid.UUID,
+    bucket: str,
+    key: str,
+    etag: str,
 ) -> None:
     """Queue the processing of a stored file, once per object version; the workers
     are woken once it commits."""
@@ -194,6 +212,7 @@ def _queue_job(
         dialect_insert(connection.dialect)(FileJob)
         .values(
             id=uuid.uuid4(),
+            company_id=company_id,
             file_id=file_id,
             bucket=bucket,
             object_key=key,
@@ -202,7 +221,7 @@ def _queue_job(
             attempts=0,
             created_at=utcnow_ms(),
         )
-        .on_conflict_do_nothing(index_elements=["bucket", "object_key", "etag"])
+        .on_conflict_do_nothing(index_elements=["bucket", "object_key", "etag", "company_id"])
     )
 
 
@@ -230,6 +249,7 @@ def _refuse(connection: Connection, upload: Any, *, size: int | None, message: s
 _UPLOAD_COLUMNS = (
     FileUpload.id,
     FileUpload.transaction_id,
+    FileUpload.company_id,
     FileUpload.bucket,
     FileUpload.object_key,
     FileUpload.content_type,

@@ -38,6 +38,7 @@ class InboxMessageId(Base):
 
     inbox_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     message_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
@@ -55,7 +56,7 @@ class InboxMessage(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     inbox_id: Mapped[uuid.UUID] = mapped_column(Uuid)
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     message_id: Mapped[str] = mapped_column(String(998))
     sender: Mapped[str] = mapped_column(String(320))
     subject: Mapped[str] = mapped_column(String(998))

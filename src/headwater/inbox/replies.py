@@ -12,6 +12,7 @@ from email.message import EmailMessage
 from email.utils import make_msgid
 
 import structlog
+from sqlalchemy import select
 
 from headwater.config import Settings
 from headwater.db import Database
@@ -108,8 +109,7 @@ def _reply(db: Database, settings: Settings, message_id: uuid.UUID, until: datet
     """Decide, send and record one claimed reply; whether it was sent."""
     sender_from = settings.email_from or f"no-reply@{settings.inbound_email_domain}"
     with db.read_session() as session:
-        message = session.get(InboxMessage, message_id)
-        assert message is not None
+        message = session.scalars(select(InboxMessage).where(InboxMessage.id == message_id)).one()
         # its company's reader: the inbox may be gone, its transactions are not
         caller = Principal(
             subject=f"inbox:{message.inbox_id}",

@@ -159,7 +159,7 @@ def _message_key(message_id: str) -> str:
     return hashlib.sha256(message_id.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def claim_message(session: Session, inbox_id: uuid.UUID, message_id: str) -> bool:
+def claim_message(session: Session, to: Recipient, message_id: str) -> bool:
     """Take this Message-ID for this inbox, unless it was taken within the last 24 h:
     whether this copy is the one to store. The primary key decides between copies that
     arrive at once (on PostgreSQL the second waits for the first's commit, then finds
@@ -169,9 +169,14 @@ def claim_message(session: Session, inbox_id: uuid.UUID, message_id: str) -> boo
     table = InboxMessageId.__table__
     claimed = session.execute(
         dialect_insert(session.get_bind().dialect)(table)
-        .values(inbox_id=inbox_id, message_key=_message_key(message_id), received_at=now)
+        .values(
+            inbox_id=to.inbox_id,
+            company_id=to.company_id,
+            message_key=_message_key(message_id),
+            received_at=now,
+        )
         .on_conflict_do_update(
-            index_elements=["inbox_id", "message_key"],
+            index_elements=["inbox_id", "message_key", "company_id"],
             set_={"received_at": now},
             where=table.c.received_at < now - DEDUPE_WINDOW,
         )
@@ -220,7 +225,7 @@ def accept_message(
     attachment a transaction with a queued job (`files.service.accept_stored`), the
     message recorded. The transactions made, or None when another copy of the message
     took its Message-ID first (the caller then rolls back)."""
-    if not claim_message(session, to.inbox_id, message_id):
+    if not claim_message(session, to, message_id):
         return None
     caller = to.principal()
     ids = [
@@ -310,8 +315,7 @@ def leased(session: Session, message_id: uuid.UUID, until: datetime) -> InboxMes
     still holds; the caller writes what became of it."""
     if not jobs.holds(session.connection(), REPLIES, message_id, until):
         return None
-    message = session.get(InboxMessage, message_id)
-    assert message is not None
+    message = session.scalars(select(InboxMessage).where(InboxMessage.id == message_id)).one()
     message.leased_until = None
     return message
 

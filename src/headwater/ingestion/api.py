@@ -280,7 +280,7 @@ def stage_begun(connection: Connection, target: FileTarget) -> bool:
 def stage_begin(connection: Connection, target: FileTarget) -> None:
     """The file's records are hidden from here on, until `publish` (`ingestion.staging`):
     in the database transaction of its first staged batch."""
-    staging.begin(connection, target.transaction_id, target.dataset_pk)
+    staging.begin(connection, target)
 
 
 def stage_rows(connection: Connection, target: FileTarget, kept: check.Kept) -> int:
@@ -292,7 +292,7 @@ def stage_rows(connection: Connection, target: FileTarget, kept: check.Kept) -> 
 def publish(connection: Connection, target: FileTarget, records: int) -> None:
     """Show the file's `records` staged records, counted, when the caller's database
     transaction commits: the one that finishes it `completed`."""
-    staging.publish(connection, target.transaction_id, target.dataset_pk, records)
+    staging.publish(connection, target, records)
 
 
 def stage_end(connection: Connection, transaction_id: uuid.UUID) -> None:

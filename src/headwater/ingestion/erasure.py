@@ -100,14 +100,16 @@ def _remove(connection: Connection, dataset_pk: uuid.UUID, where: Any, limit: in
         removed.transactions.setdefault(row.transaction_id, row.ingested_at)
         shards[row.transaction_id.int % RecordCount.SHARDS] += 1
     for shard, count in sorted(shards.items()):
-        sinks.subtract_count(connection, dataset_pk, shard, count)
+        sinks.subtract_count(connection, rows[0].company_id, dataset_pk, shard, count)
     connection.execute(
         update(Dataset)
         .where(Dataset.id == dataset_pk)
         .values(subjects_version=Dataset.subjects_version + 1)
     )
     # the feed position last: its head row is locked until the commit
-    pos = locked_head(connection, FeedHead.dataset_pk, dataset_pk) + 1
+    pos = (
+        locked_head(connection, FeedHead.dataset_pk, dataset_pk, company_id=rows[0].company_id) + 1
+    )
     connection.execute(
         insert(RecordTombstone),
         [

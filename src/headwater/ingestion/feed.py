@@ -47,7 +47,14 @@ from sqlalchemy import (
 
 from headwater.db import Database, Numbering, driver_execute, unless_writer_busy
 from headwater.errors import InvalidCursor
-from headwater.ingestion.models import UNFED, FeedHead, Record, RecordTombstone, Transaction
+from headwater.ingestion.models import (
+    UNFED,
+    Dataset,
+    FeedHead,
+    Record,
+    RecordTombstone,
+    Transaction,
+)
 from headwater.kit import cursors
 from headwater.kit.clock import iso_ms
 
@@ -62,6 +69,9 @@ _NUMBERING = Numbering(
     unnumbered=UNFED,
     order="completed_at, id",
     key_type=Transaction.dataset_pk.type,
+    company_of=lambda dataset_pk: (
+        select(Dataset.company_id).where(Dataset.id == dataset_pk).scalar_subquery()
+    ),
 )
 SEQUENCE_BATCH = 5000
 

@@ -149,7 +149,9 @@ class Transaction(Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("companies.id"))
+    company_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("companies.id"), primary_key=True
+    )
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("datasets.id"))
     client_id: Mapped[str] = mapped_column(String(64))
     dataset_id: Mapped[str] = mapped_column(String(64))
@@ -195,6 +197,7 @@ class FeedHead(Base):
     __tablename__ = "record_feed_heads"
 
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     pos: Mapped[int] = mapped_column(BigInteger)
 
 
@@ -224,7 +227,7 @@ class Record(Base):
         BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
     )
     record_id: Mapped[uuid.UUID] = mapped_column(Uuid)
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid)
     transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     schema_version: Mapped[int] = mapped_column(Integer)
@@ -297,6 +300,7 @@ class RecordCount(Base):
 
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     shard: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     records: Mapped[int] = mapped_column(BigInteger)
 
 
@@ -307,5 +311,6 @@ class StagedTransaction(Base):
     __tablename__ = "record_staging"
 
     transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     dataset_pk: Mapped[uuid.UUID] = mapped_column(Uuid, index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

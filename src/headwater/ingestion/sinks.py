@@ -83,6 +83,17 @@ ClaimAsync = Callable[
 ]
 
 
+class Staged(Protocol):
+    """A transaction whose records are stored in batches (a file's): where they go."""
+
+    @property
+    def transaction_id(self) -> uuid.UUID: ...
+    @property
+    def company_id(self) -> uuid.UUID: ...
+    @property
+    def dataset_pk(self) -> uuid.UUID: ...
+
+
 class RecordSink(Protocol):
     def store(
         self,
@@ -126,12 +137,13 @@ def _counts(batches: Sequence[RecordBatch]) -> list[dict[str, Any]]:
     transactions never wait on each other's rows in opposite order.
     """
     shard = batches[0].shard
-    added: dict[uuid.UUID, int] = {}
+    added: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
     for batch in batches:
-        added[batch.dataset_pk] = added.get(batch.dataset_pk, 0) + len(batch.records)
+        key = (batch.dataset_pk, batch.company_id)
+        added[key] = added.get(key, 0) + len(batch.records)
     return [
-        {"dataset_pk": dataset_pk, "shard": shard, "records": count}
-        for dataset_pk, count in sorted(added.items())
+        {"dataset_pk": dataset_pk, "company_id": company_id, "shard": shard, "records": count}
+        for (dataset_pk, company_id), count in sorted(added.items())
     ]
 
 
@@ -144,11 +156,11 @@ def _final(transactions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # PostgreSQL and SQLite both take ON CONFLICT ... DO UPDATE.
 _ADD_TO_COUNT = text(
-    "INSERT INTO dataset_record_counts (dataset_pk, shard, records) "
-    "VALUES (:dataset_pk, :shard, :records) "
-    "ON CONFLICT (dataset_pk, shard) "
+    "INSERT INTO dataset_record_counts (dataset_pk, shard, company_id, records) "
+    "VALUES (:dataset_pk, :shard, :company_id, :records) "
+    "ON CONFLICT (dataset_pk, shard, company_id) "
     "DO UPDATE SET records = dataset_record_counts.records + excluded.records"
-).bindparams(bindparam("dataset_pk", type_=Uuid()))
+).bindparams(bindparam("dataset_pk", type_=Uuid()), bindparam("company_id", type_=Uuid()))
 _INSERT_RECORDS = insert(Record)
 
 
@@ -158,22 +170,29 @@ def _add_counts(connection: Connection, batches: Sequence[RecordBatch]) -> None:
         connection.execute(_ADD_TO_COUNT, count)
 
 
-def add_count(
-    connection: Connection, dataset_pk: uuid.UUID, transaction_id: uuid.UUID, records: int
-) -> None:
+def add_count(connection: Connection, target: Staged, records: int) -> None:
     """Add a transaction's `records` to its dataset's count (a staged file's, when its
     records are published), on the transaction's shard as `add` counts them."""
     if records:
-        shard = transaction_id.int % RecordCount.SHARDS
+        shard = target.transaction_id.int % RecordCount.SHARDS
         connection.execute(
-            _ADD_TO_COUNT, {"dataset_pk": dataset_pk, "shard": shard, "records": records}
+            _ADD_TO_COUNT,
+            {
+                "dataset_pk": target.dataset_pk,
+                "company_id": target.company_id,
+                "shard": shard,
+                "records": records,
+            },
         )
 
 
-def subtract_count(connection: Connection, dataset_pk: uuid.UUID, shard: int, records: int) -> None:
+def subtract_count(
+    connection: Connection, company_id: uuid.UUID, dataset_pk: uuid.UUID, shard: int, records: int
+) -> None:
     """Take `records` removed (an erasure, retention) off a shard of the dataset's count."""
     connection.execute(
-        _ADD_TO_COUNT, {"dataset_pk": dataset_pk, "shard": shard, "records": -records}
+        _ADD_TO_COUNT,
+        {"dataset_pk": dataset_pk, "company_id": company_id, "shard": shard, "records": -records},
     )
 
 
@@ -263,11 +282,12 @@ ORDER BY n
 # to keep their order).
 _WITH_COUNTED = """
 WITH counted AS (
-    INSERT INTO dataset_record_counts (dataset_pk, shard, records)
-    SELECT dataset_pk, shard, records
-    FROM json_to_recordset(%(counts)s::json) AS c(dataset_pk uuid, shard smallint, records bigint)
+    INSERT INTO dataset_record_counts (dataset_pk, shard, company_id, records)
+    SELECT dataset_pk, shard, company_id, records
+    FROM json_to_recordset(%(counts)s::json)
+        AS c(dataset_pk uuid, shard smallint, company_id uuid, records bigint)
     ORDER BY dataset_pk
-    ON CONFLICT (dataset_pk, shard)
+    ON CONFLICT (dataset_pk, shard, company_id)
     DO UPDATE SET records = dataset_record_counts.records + excluded.records
 )"""
 _NEW_TRANSACTIONS = """, new_transactions AS (

@@ -36,13 +36,18 @@ from headwater.kit.clock import utcnow_ms
 DISCARD_BATCH = 5000
 
 
-def begin(connection: Connection, transaction_id: uuid.UUID, dataset_pk: uuid.UUID) -> None:
+def begin(connection: Connection, target: sinks.Staged) -> None:
     """Mark the transaction staged, in the database transaction that stores its first
     batch (nothing is stored under a transaction unless it is marked)."""
     connection.execute(
         dialect_insert(connection.dialect)(StagedTransaction)
-        .values(transaction_id=transaction_id, dataset_pk=dataset_pk, created_at=utcnow_ms())
-        .on_conflict_do_nothing(index_elements=["transaction_id"])
+        .values(
+            transaction_id=target.transaction_id,
+            company_id=target.company_id,
+            dataset_pk=target.dataset_pk,
+            created_at=utcnow_ms(),
+        )
+        .on_conflict_do_nothing(index_elements=["transaction_id", "company_id"])
     )
 
 
@@ -65,13 +70,11 @@ def stage(connection: Connection, batch: sinks.RecordBatch) -> int:
     return lost.get(batch.transaction_id, 0)
 
 
-def publish(
-    connection: Connection, transaction_id: uuid.UUID, dataset_pk: uuid.UUID, records: int
-) -> None:
+def publish(connection: Connection, target: sinks.Staged, records: int) -> None:
     """Show a staged transaction's `records` records, counted, when the caller's database
     transaction (the one that completes it) commits."""
-    end(connection, transaction_id)
-    sinks.add_count(connection, dataset_pk, transaction_id, records)
+    end(connection, target.transaction_id)
+    sinks.add_count(connection, target, records)
 
 
 def end(connection: Connection, transaction_id: uuid.UUID) -> None:

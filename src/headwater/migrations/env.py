@@ -25,10 +25,19 @@ settings = config.attributes["settings"]
 engine = make_engine(settings, name="headwater migrate")
 
 with engine.connect() as connection:
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        # SQLite changes a table's keys by copying it; with foreign keys enforced, dropping
+        # the old copy would fail for the rows that point at it. Enforcement is a setting
+        # of the connection, not of a transaction: off before it begins (the driver's own
+        # call, which begins none), every key checked before the commit (below).
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        driver.execute("PRAGMA foreign_keys=OFF")
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=sqlite,
         compare_type=True,
         include_object=_managed,
     )
@@ -38,4 +47,8 @@ with engine.connect() as connection:
             # find the database at head. The lock ends with the migration's transaction.
             connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         context.run_migrations()
+        if sqlite:
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"the migration broke foreign keys: {broken[:5]}")
 engine.dispose()

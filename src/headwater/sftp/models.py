@@ -38,7 +38,7 @@ class SftpUpload(Base):
 
     transaction_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     username: Mapped[str] = mapped_column(String(64))
-    company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     client_id: Mapped[str] = mapped_column(String(64))
     dataset_id: Mapped[str] = mapped_column(String(64))
     name: Mapped[str] = mapped_column(String(255))

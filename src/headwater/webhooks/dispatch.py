@@ -59,15 +59,16 @@ MIN_BATCH = 50
 
 
 def deliveries_of(
-    events: Select[Any, Any, Any, Any, Any], now: datetime, *, due: datetime | None
+    events: Select[Any, Any, Any, Any, Any, Any], now: datetime, *, due: datetime | None
 ) -> Insert:
     """`INSERT ... SELECT`: a pending delivery, due at `due` (None: not scheduled), for
-    each row `events` selects (its columns: `endpoint_id`, and the event's `seq`, `id`,
-    `type`, `created_at`)."""
+    each row `events` selects (its columns: `endpoint_id`, and the event's `seq`,
+    `company_id`, `id`, `type`, `created_at`)."""
     chosen = events.subquery()
     return insert(WebhookDelivery).from_select(
         [
             "endpoint_id",
+            "company_id",
             "event_seq",
             "event_id",
             "event_type",
@@ -79,6 +80,7 @@ def deliveries_of(
         ],
         select(
             chosen.c.endpoint_id,
+            chosen.c.company_id,
             chosen.c.seq,
             chosen.c.id,
             chosen.c.type,
@@ -117,6 +119,7 @@ def fan_out(connection: Connection, sequenced: log.Sequenced) -> list[tuple[str,
             select(
                 WebhookEndpoint.id.label("endpoint_id"),
                 Event.seq,
+                Event.company_id,
                 Event.id,
                 Event.type,
                 Event.created_at,
@@ -196,6 +199,7 @@ DELIVERIES = jobs.Due(
 @dataclass(frozen=True, slots=True)
 class Claimed:
     delivery_id: int
+    company_id: uuid.UUID
     endpoint_id: uuid.UUID
     event_id: str
     url: str
@@ -247,6 +251,7 @@ def claim(
             duration=lease,
             limit=limit,
             columns=(
+                WebhookDelivery.company_id,
                 WebhookDelivery.endpoint_id,
                 WebhookDelivery.event_seq,
                 WebhookDelivery.attempt_count,
@@ -292,6 +297,7 @@ def _claimed(
     return [
         Claimed(
             delivery_id=row.id,
+            company_id=row.company_id,
             endpoint_id=row.endpoint_id,
             event_id=ids[row.event_seq],
             url=endpoints[row.endpoint_id].url,
@@ -421,6 +427,7 @@ def record(
             attempts.append(
                 {
                     "delivery_id": claimed.delivery_id,
+                    "company_id": claimed.company_id,
                     "at": outcome.at,
                     "status_code": outcome.status_code,
                     "error": outcome.error[:500] if outcome.error else None,

@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     String,
@@ -54,7 +55,10 @@ class WebhookDelivery(Base):
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
-        UniqueConstraint("endpoint_id", "event_seq"),
+        UniqueConstraint("endpoint_id", "event_seq", "company_id"),
+        ForeignKeyConstraint(
+            ["event_seq", "company_id"], ["events.seq", "events.company_id"], ondelete="CASCADE"
+        ),
         Index(None, "status", "next_attempt_at"),
         Index(None, "endpoint_id", "created_at"),
         Index(None, "event_seq"),
@@ -68,10 +72,11 @@ class WebhookDelivery(Base):
     )
 
     id: Mapped[int] = mapped_column(BIGINT, primary_key=True, autoincrement=True)
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     endpoint_id: Mapped[uuid.UUID] = mapped_column(
         Uuid, ForeignKey("webhook_endpoints.id", ondelete="CASCADE")
     )
-    event_seq: Mapped[int] = mapped_column(BIGINT, ForeignKey("events.seq", ondelete="CASCADE"))
+    event_seq: Mapped[int] = mapped_column(BIGINT)
     event_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     event_type: Mapped[str] = mapped_column(String(64))
     event_created_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -88,12 +93,18 @@ class WebhookAttempt(Base):
     """One POST: its answer's status code, or the error that stood for one."""
 
     __tablename__ = "webhook_attempts"
-    __table_args__ = (Index(None, "delivery_id", "id"),)
+    __table_args__ = (
+        Index(None, "delivery_id", "id"),
+        ForeignKeyConstraint(
+            ["delivery_id", "company_id"],
+            ["webhook_deliveries.id", "webhook_deliveries.company_id"],
+            ondelete="CASCADE",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BIGINT, primary_key=True, autoincrement=True)
-    delivery_id: Mapped[int] = mapped_column(
-        BIGINT, ForeignKey("webhook_deliveries.id", ondelete="CASCADE")
-    )
+    company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    delivery_id: Mapped[int] = mapped_column(BIGINT)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
     status_code: Mapped[int | None] = mapped_column(Integer, default=None)
     error: Mapped[str | None] = mapped_column(String(500), default=None)

@@ -231,6 +231,7 @@ def replay(
             select(
                 literal(endpoint.id, WebhookDelivery.endpoint_id.type).label("endpoint_id"),
                 Event.seq,
+                Event.company_id,
                 Event.id,
                 Event.type,
                 Event.created_at,
@@ -272,6 +273,7 @@ def send_test(session: Session, *, company_id: uuid.UUID, endpoint_id: uuid.UUID
     event = select(
         literal(endpoint.id, WebhookDelivery.endpoint_id.type).label("endpoint_id"),
         Event.seq,
+        Event.company_id,
         Event.id,
         Event.type,
         Event.created_at,
