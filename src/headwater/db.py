@@ -148,7 +148,8 @@ class Numbering:
     numbering: a reader that sees position n sees every position below it.
 
     `head_key`: the head table's key column; `table`, `id`, `position`: the numbered
-    table, its primary key and its position column; `scope`: its column holding the
+    table, its key's column (or columns: a partitioned table's partition key too, so
+    each row's update reads one partition) and its position column; `scope`: its column holding the
     key; `unnumbered`: SQL of the rows waiting (committed, without a position); `order`:
     the order they are given positions in; `company_of`: the company of a key that is
     not one (SQL), for a head row made new. All are constants of ours, never input.
@@ -159,7 +160,7 @@ class Numbering:
         *,
         head_key: Any,
         table: str,
-        id: str,
+        id: str | tuple[str, ...],
         position: str,
         scope: str,
         unnumbered: str,
@@ -169,15 +170,16 @@ class Numbering:
     ) -> None:
         self.head_key = head_key
         self.company_of = company_of
+        ids = (id,) if isinstance(id, str) else id
         self.statement = text(
             f"""
             UPDATE {table} SET {position} = :head + todo.n
             FROM (
-                SELECT {id}, row_number() OVER (ORDER BY {order}) AS n
+                SELECT {", ".join(ids)}, row_number() OVER (ORDER BY {order}) AS n
                 FROM {table} WHERE {scope} = :key AND {unnumbered}
                 ORDER BY {order} LIMIT :limit
             ) AS todo
-            WHERE {table}.{id} = todo.{id}
+            WHERE {" AND ".join(f"{table}.{column} = todo.{column}" for column in ids)}
             """  # noqa: S608 (constants of ours)
         ).bindparams(bindparam("key", type_=key_type))
 

@@ -14,7 +14,7 @@ import threading
 import uuid
 from asyncio import Task
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any
 
 import anyio.to_thread
@@ -177,14 +177,40 @@ async def send_email_replies(runtime: Runtime) -> None:
         log.info("email replies sent", count=sent)
 
 
+async def make_partitions(runtime: Runtime) -> None:
+    """The event log's partitions of the days ahead (PostgreSQL; `webhooks.partitions`)."""
+    from headwater.webhooks import partitions
+
+    def make() -> tuple[list[date], list[date]]:
+        with runtime.db.begin() as connection:
+            if not partitions.partitioned(connection):
+                return [], []
+            ahead = utcnow().date() + timedelta(days=partitions.DAYS_AHEAD)
+            return partitions.make(connection, ahead)
+
+    made, left = await anyio.to_thread.run_sync(make)
+    if made:
+        log.info("event partitions made", days=len(made), last=str(made[-1]))
+    if left:
+        log.warning("event partition days left in the default partitions", days=len(left))
+
+
 async def purge_events(runtime: Runtime) -> None:
-    """Events past HEADWATER_EVENT_RETENTION_DAYS, with their deliveries."""
+    """Events past HEADWATER_EVENT_RETENTION_DAYS, with their deliveries: on PostgreSQL,
+    whole days' partitions first (`webhooks.partitions`), then any row left (a default
+    partition's, or SQLite's), oldest first."""
     from headwater.events import log as event_log
+    from headwater.webhooks import partitions
 
     older_than = utcnow() - timedelta(days=runtime.settings.event_retention_days)
 
     def purge() -> int:
         total = 0
+        with runtime.db.begin() as connection:
+            if partitions.partitioned(connection):
+                days, total = partitions.drop_before(connection, older_than)
+                if days:
+                    log.info("event partitions dropped", first=str(days[0]), last=str(days[-1]))
         while True:
             with runtime.db.begin() as connection:
                 purged = event_log.purge(connection, older_than=older_than)
@@ -247,6 +273,7 @@ def periodic(settings: Settings) -> list[scheduler.Periodic]:
                 sweep_incoming,
                 sweep_staged,
                 send_email_replies,
+                make_partitions,
                 purge_events,
                 purge_exports,
             )

@@ -49,6 +49,15 @@ def leased(settings: Settings, endpoint_id: str) -> int:
         )
 
 
+def wait_leased(settings: Settings, endpoint_id: str, count: int) -> int:
+    """The endpoint's leased deliveries once there are `count` (or after 10 s): the
+    worker's next poll may come a moment after the attempt it holds began."""
+    deadline = time.monotonic() + 10
+    while leased(settings, endpoint_id) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return leased(settings, endpoint_id)
+
+
 def test_a_worker_leases_a_round_ahead_and_attempts_one_round_at_a_time(
     hooks: HookTenant,
     make_client: Callable[..., TestClient],
@@ -61,12 +70,8 @@ def test_a_worker_leases_a_round_ahead_and_attempts_one_round_at_a_time(
     endpoint = worker.endpoint(receiver.at("/one", delay=1.0), ["dataset.schema_version_added"])
     hooks.write_events(settings, 3)
     receiver.wait_for("/one", 1)
-    # the round ahead is leased while the first attempt is held (the worker's next poll
-    # may come a moment after the attempt began)
-    deadline = time.monotonic() + 10
-    while leased(settings, endpoint["id"]) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert leased(settings, endpoint["id"]) == 2
+    # the round ahead is leased while the first attempt is held
+    assert wait_leased(settings, endpoint["id"], 2) == 2
     arrivals = sorted(r.at for r in receiver.wait_for("/one", 3, timeout=30))
     assert all(b - a >= 0.9 for a, b in itertools.pairwise(arrivals))
     hooks.wait_deliveries(
@@ -95,7 +100,7 @@ def test_a_stopping_worker_hands_its_queued_deliveries_back(
     try:
         hooks.write_events(settings, 2)
         receiver.wait_for("/held", 1, timeout=30)
-        assert leased(settings, endpoint["id"]) == 2
+        assert wait_leased(settings, endpoint["id"], 2) == 2
     finally:
         process.stop()
     assert leased(settings, endpoint["id"]) == 0
@@ -140,6 +145,7 @@ def test_a_queued_delivery_whose_lease_no_longer_covers_an_attempt_is_not_attemp
             b"{}",
             0,
             until,
+            now,
         )
 
     async def run() -> None:

@@ -40,6 +40,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
 
@@ -51,7 +52,7 @@ from headwater.events.models import Event, EventHead, EventHorizon
 _NUMBERING = Numbering(
     head_key=EventHead.company_id,
     table="events",
-    id="seq",
+    id=("seq", "created_at"),
     position="pos",
     scope="company_id",
     unnumbered="pos IS NULL",
@@ -178,15 +179,46 @@ def purge(connection: Connection, *, older_than: datetime, batch: int = 1000) ->
         mark = max(positions, default=0)
         if len(positions) < len(removed):
             mark = max(mark, head + 1)
-        moved = connection.execute(
-            update(EventHorizon)
-            .where(EventHorizon.company_id == company_id, EventHorizon.deleted_through < mark)
-            .values(deleted_through=mark)
-        )
-        if not moved.rowcount and not connection.scalar(
-            select(exists().where(EventHorizon.company_id == company_id))
-        ):
-            connection.execute(
-                insert(EventHorizon), [{"company_id": company_id, "deleted_through": mark}]
-            )
+        _move_horizon(connection, company_id, mark)
     return len(old)
+
+
+def forget(connection: Connection, partition: str) -> int:
+    """Before a partition of `events` (PostgreSQL, `webhooks.partitions`) is dropped
+    whole: move each company's horizon past its events, as `purge` does for the rows it
+    deletes; how many events it holds. `partition`: a name of ours, never input."""
+    summary = text(
+        "SELECT company_id, max(pos) AS last, count(*) AS events,"  # noqa: S608 (ours)
+        " count(*) FILTER (WHERE pos IS NULL) AS unplaced"
+        f" FROM {partition} GROUP BY company_id"
+    )
+    # the heads first, in one order, then the counts they hold still
+    heads = {
+        row.company_id: _locked_head(connection, row.company_id)
+        for row in sorted(connection.execute(summary), key=lambda row: row.company_id)
+    }
+    rows = connection.execute(summary).all()
+    for row in rows:
+        head = heads.get(row.company_id)
+        if head is None:  # its first event there came in between
+            head = _locked_head(connection, row.company_id)
+        mark = row.last or 0
+        if row.unplaced:
+            mark = max(mark, head + 1)
+        _move_horizon(connection, row.company_id, mark)
+    return sum(row.events for row in rows)
+
+
+def _move_horizon(connection: Connection, company_id: uuid.UUID, mark: int) -> None:
+    """Cursors of the company before `mark` have lost events to retention."""
+    moved = connection.execute(
+        update(EventHorizon)
+        .where(EventHorizon.company_id == company_id, EventHorizon.deleted_through < mark)
+        .values(deleted_through=mark)
+    )
+    if not moved.rowcount and not connection.scalar(
+        select(exists().where(EventHorizon.company_id == company_id))
+    ):
+        connection.execute(
+            insert(EventHorizon), [{"company_id": company_id, "deleted_through": mark}]
+        )

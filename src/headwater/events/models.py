@@ -49,7 +49,8 @@ class Event(Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid)
     type: Mapped[str] = mapped_column(String(64))
     company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # the key's last column: PostgreSQL partitions the table by it (`events.partitions`)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     transaction_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, default=None)
     # JSON text, not JSONB: read back whole, never queried into
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)

@@ -207,6 +207,7 @@ class Claimed:
     body: bytes
     attempt_count: int
     until: datetime  # the lease's end: the attempt's record must still find it
+    event_created_at: datetime  # its event's time, the key's last column
 
 
 def _secrets(box: SecretBox, endpoint: Any, now: datetime) -> tuple[str, ...]:
@@ -254,6 +255,7 @@ def claim(
                 WebhookDelivery.company_id,
                 WebhookDelivery.endpoint_id,
                 WebhookDelivery.event_seq,
+                WebhookDelivery.event_created_at,
                 WebhookDelivery.attempt_count,
             ),
             join=(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id),
@@ -287,7 +289,11 @@ def _claimed(
         )
     }
     events = connection.execute(
-        select(Event.__table__).where(Event.seq.in_({row.event_seq for row in picked}))
+        select(Event.__table__).where(
+            Event.seq.in_({row.event_seq for row in picked}),
+            # names the events' partitions (PostgreSQL): only theirs are read
+            Event.created_at.in_({row.event_created_at for row in picked}),
+        )
     ).all()
     bodies = {
         event.seq: orjson.dumps(json)
@@ -305,6 +311,7 @@ def _claimed(
             body=bodies[row.event_seq],
             attempt_count=row.attempt_count,
             until=until,
+            event_created_at=row.event_created_at,
         )
         for row in picked
     ]
@@ -428,6 +435,7 @@ def record(
                 {
                     "delivery_id": claimed.delivery_id,
                     "company_id": claimed.company_id,
+                    "event_created_at": claimed.event_created_at,
                     "at": outcome.at,
                     "status_code": outcome.status_code,
                     "error": outcome.error[:500] if outcome.error else None,

@@ -55,9 +55,11 @@ class WebhookDelivery(Base):
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
-        UniqueConstraint("endpoint_id", "event_seq", "company_id"),
+        UniqueConstraint("endpoint_id", "event_seq", "company_id", "event_created_at"),
         ForeignKeyConstraint(
-            ["event_seq", "company_id"], ["events.seq", "events.company_id"], ondelete="CASCADE"
+            ["event_seq", "company_id", "event_created_at"],
+            ["events.seq", "events.company_id", "events.created_at"],
+            ondelete="CASCADE",
         ),
         Index(None, "status", "next_attempt_at"),
         Index(None, "endpoint_id", "created_at"),
@@ -79,7 +81,8 @@ class WebhookDelivery(Base):
     event_seq: Mapped[int] = mapped_column(BIGINT)
     event_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     event_type: Mapped[str] = mapped_column(String(64))
-    event_created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # the key's last column: PostgreSQL partitions the table by it, as it does events
+    event_created_at: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
     # attempts since the delivery was (re)queued: where it is in the retry schedule
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -96,8 +99,12 @@ class WebhookAttempt(Base):
     __table_args__ = (
         Index(None, "delivery_id", "id"),
         ForeignKeyConstraint(
-            ["delivery_id", "company_id"],
-            ["webhook_deliveries.id", "webhook_deliveries.company_id"],
+            ["delivery_id", "company_id", "event_created_at"],
+            [
+                "webhook_deliveries.id",
+                "webhook_deliveries.company_id",
+                "webhook_deliveries.event_created_at",
+            ],
             ondelete="CASCADE",
         ),
     )
@@ -105,6 +112,8 @@ class WebhookAttempt(Base):
     id: Mapped[int] = mapped_column(BIGINT, primary_key=True, autoincrement=True)
     company_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     delivery_id: Mapped[int] = mapped_column(BIGINT)
+    # its delivery's event's time: PostgreSQL partitions the table by it, as it does events
+    event_created_at: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
     status_code: Mapped[int | None] = mapped_column(Integer, default=None)
     error: Mapped[str | None] = mapped_column(String(500), default=None)
