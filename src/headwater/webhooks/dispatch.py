@@ -390,7 +390,11 @@ def _next(claimed: Claimed, outcome: Outcome, schedule: Sequence[float]) -> dict
 
 _MOVE = (
     update(WebhookDelivery)
-    .where(WebhookDelivery.id == bindparam("delivery"))
+    .where(
+        WebhookDelivery.id == bindparam("delivery"),
+        # the partition's key (PostgreSQL): the update reads its day's partition alone
+        WebhookDelivery.event_created_at == bindparam("b_event_at"),
+    )
     .values(
         status=bindparam("b_status"),
         attempt_count=bindparam("b_count"),
@@ -430,7 +434,13 @@ def record(
                 continue
             following = _next(claimed, outcome, schedule)
             states[k] = following.pop("state")
-            moves.append({"delivery": claimed.delivery_id, **following})
+            moves.append(
+                {
+                    "delivery": claimed.delivery_id,
+                    "b_event_at": claimed.event_created_at,
+                    **following,
+                }
+            )
             attempts.append(
                 {
                     "delivery_id": claimed.delivery_id,
