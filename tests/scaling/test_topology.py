@@ -8,9 +8,12 @@ job done once."""
 
 from __future__ import annotations
 
+import smtplib
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -177,15 +180,18 @@ def receiver() -> Iterator[Receiver]:
         yield running
 
 
-def _push(apis: list[httpx.Client], tenant: DataTenant, n: int) -> None:
+def _push(apis: list[httpx.Client], tenant: DataTenant, n: int, cut: list[type[Exception]]) -> None:
     """Push order n through one API node, and through the other if that one is down,
-    with one Idempotency-Key, as a client that retries does."""
+    with one Idempotency-Key, as a client that retries does; a request the node dropped
+    after it was sent (its process killed mid-request) adds its error's type to `cut`."""
     body = tenant.envelope(order(n))
     headers = tenant.headers | {"Idempotency-Key": f"push-{n}"}
     for api in [apis[n % 2], apis[(n + 1) % 2]] * 10:
         try:
             response = api.post("/platform/v1/data/json", json=body, headers=headers)
-        except httpx.TransportError:
+        except httpx.TransportError as error:
+            if not isinstance(error, httpx.ConnectError):
+                cut.append(type(error))
             time.sleep(0.2)
             continue
         if response.status_code == 200:
@@ -213,6 +219,19 @@ def _upload(api: httpx.Client, tenant: DataTenant, body: str) -> str:
     notified = notify(api, event(bucket, key_of(ticket.json())), NOTIFY)  # type: ignore[arg-type]
     assert notified.status_code in (200, 202, 204), notified.text
     return str(ticket.json()["transaction_id"])
+
+
+def _half_sent(port: int, mail: EmailMessage) -> smtplib.SMTP:
+    """The message's envelope and half its DATA, on a connection left open."""
+    smtp = smtplib.SMTP("127.0.0.1", port, timeout=30)
+    smtp.ehlo()
+    smtp.mail("ann@example.com")
+    smtp.rcpt(str(mail["To"]))
+    code, _ = smtp.docmd("DATA")
+    assert code == 354
+    text = mail.as_bytes().replace(b"\n", b"\r\n")
+    smtp.send(text[: len(text) // 2])
+    return smtp
 
 
 def _wait_final(api: httpx.Client, tenant: DataTenant, expected: int) -> list[dict[str, Any]]:
@@ -247,13 +266,19 @@ def test_every_role_apart_twice_over_through_pgbouncer_survives_a_kill_of_each(
     )
     assert endpoint.status_code == 201, endpoint.text
 
-    # pushes through both API nodes; one is killed and started again halfway
-    for n in range(PUSHES):
-        if n == PUSHES // 2:
-            cluster.apis[1].kill()
-        if n == PUSHES // 2 + 5:
-            cluster.apis[1].start()
-        _push(apis, tenant, n)
+    # pushes through both API nodes, 8 at a time; one node is killed while requests are
+    # in flight on it (halfway), and started again
+    cut: list[type[Exception]] = []
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        pushes = [pool.submit(_push, apis, tenant, n, cut) for n in range(PUSHES)]
+        while sum(push.done() for push in pushes) < PUSHES // 2:
+            time.sleep(0.01)
+        cluster.apis[1].kill()
+        time.sleep(0.5)
+        cluster.apis[1].start()
+        for push in pushes:
+            push.result()
+    assert cut, "the kill landed between requests, not in one"
 
     # two files through S3, each through another API node; a worker is killed mid-file
     files = [
@@ -285,9 +310,17 @@ def test_every_role_apart_twice_over_through_pgbouncer_survives_a_kill_of_each(
     )
     assert inbox.status_code == 201, inbox.text
     for k in range(2):
-        node = cluster.listener("smtp")
         body = (CSV_HEADER + csv_rows(50, start=400_000 + 10_000 * k)).encode()
-        send(node.port, message(inbox.json()["address"], attachments=[("o.csv", "text/csv", body)]))
+        mail = message(inbox.json()["address"], attachments=[("o.csv", "text/csv", body)])
+        # a node killed while the message's DATA is half sent takes none of it; the
+        # sender sends it again, to another node, which takes it, then is killed too
+        cut = cluster.listener("smtp")
+        half = _half_sent(cut.port, mail)
+        cut.process.kill()
+        cut.process.wait()
+        half.close()
+        node = cluster.listener("smtp")
+        send(node.port, mail)
         node.process.kill()
         node.process.wait()
 
