@@ -8,6 +8,7 @@ job done once."""
 
 from __future__ import annotations
 
+import asyncio
 import smtplib
 import time
 import uuid
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import asyncssh
 import boto3
 import httpx
 import psycopg
@@ -40,13 +42,14 @@ from tests.files.test_s3 import event, key_of, notify, put
 from tests.http_server import Listener, ServerProcess, free_port, start_listener
 from tests.inbox.conftest import Sink, message, send
 from tests.ingestion.conftest import DataTenant, order
-from tests.sftp.conftest import create_account, openssh_batch
+from tests.sftp.conftest import Account, asyncssh_session, create_account, openssh_batch
 from tests.webhooks.receiver import Receiver, running_receiver
 
 pytestmark = pytest.mark.http
 
 PUSHES = 40
 FILE_ROWS = 50_000
+SFTP_ROWS = 3000
 FINAL = {"completed", "partially_completed", "rejected", "failed"}
 
 
@@ -221,6 +224,20 @@ def _upload(api: httpx.Client, tenant: DataTenant, body: str) -> str:
     return str(ticket.json()["transaction_id"])
 
 
+async def _half_put(node: Listener, account: Account, path: str, data: bytes) -> None:
+    """Half the file written, then the node killed before the file is closed."""
+    async with (
+        asyncssh_session(node.port, account) as connection,
+        connection.start_sftp_client() as sftp,
+    ):
+        remote = await sftp.open(path, "wb")
+        await remote.write(data[: len(data) // 2])
+        node.process.kill()
+        node.process.wait()
+        with pytest.raises((asyncssh.Error, OSError)):
+            await remote.close()
+
+
 def _half_sent(port: int, mail: EmailMessage) -> smtplib.SMTP:
     """The message's envelope and half its DATA, on a connection left open."""
     smtp = smtplib.SMTP("127.0.0.1", port, timeout=30)
@@ -292,12 +309,15 @@ def test_every_role_apart_twice_over_through_pgbouncer_survives_a_kill_of_each(
     # SFTP: a file through one SFTP node, which is then killed; another through a new one
     account = create_account(tenant, tmp_path)  # type: ignore[arg-type]
     for k in range(2):
-        node = cluster.listener("sftp")
         local = tmp_path / f"sftp-{k}.csv"
-        local.write_text(CSV_HEADER + csv_rows(100, start=300_000 + 10_000 * k))
-        done = openssh_batch(
-            node.port, account, f"put {local} /{tenant.client_id}/orders/\n", tmp_path
-        )
+        local.write_text(CSV_HEADER + csv_rows(SFTP_ROWS, start=300_000 + 10_000 * k))
+        # a node killed while half the file is written takes none of it; the client puts
+        # it again, through another node, killed afterwards
+        cut = cluster.listener("sftp")
+        target = f"/{tenant.client_id}/orders/{local.name}"
+        asyncio.run(_half_put(cut, account, target, local.read_bytes()))
+        node = cluster.listener("sftp")
+        done = openssh_batch(node.port, account, f"put {local} {target}\n", tmp_path)
         assert done.returncode == 0, done.stderr
         node.process.kill()
         node.process.wait()
@@ -324,7 +344,7 @@ def test_every_role_apart_twice_over_through_pgbouncer_survives_a_kill_of_each(
         node.process.kill()
         node.process.wait()
 
-    expected = PUSHES + 2 * FILE_ROWS + 2 * 100 + 2 * 50
+    expected = PUSHES + 2 * FILE_ROWS + 2 * SFTP_ROWS + 2 * 50
     transactions = _wait_final(apis[0], tenant, PUSHES + 2 + 2 + 2)
     assert {t["status"] for t in transactions} == {"completed"}
     assert len(transactions) == PUSHES + 6
