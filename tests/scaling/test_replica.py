@@ -115,3 +115,21 @@ def test_a_read_after_a_write_and_the_feed_read_the_database(
 def test_a_replica_url_needs_postgresql(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="HEADWATER_DATABASE_READ_URL"):
         Settings(data_dir=tmp_path, database_read_url="postgresql://127.0.0.1/replica")
+
+
+def test_the_openapi_description_says_what_may_lag(client: TestClient) -> None:
+    """The rule as a client reads it: every list served by the replica is named as one
+    that may lag, and the feeds and reads by id as ones that never do."""
+    description = client.get("/openapi.json").json()["info"]["description"]
+    said = description.split("**What may lag.**")[1].split("**Pages.**")[0]
+    lagging, current = said.split("A read by id")
+    for path in (
+        "GET /platform/v1/data`",
+        "GET /platform/v1/transactions`",
+        "GET /platform/v1/exports`",
+        "GET /platform/v1/erasures`",
+        "POST /app/v1/activities/search`",
+    ):
+        assert path in lagging, path
+    for path in ("GET /platform/v1/data/changes`", "GET /platform/v1/events`"):
+        assert path in current, path

@@ -58,6 +58,14 @@ parameters and U+0000 in any text outside records answer 400. Header blocks over
 64 KiB answer 431. A dataset schema's `$ref` may only point inside it; the service
 never fetches anything to resolve one. No request answers 5xx because of its content.
 
+**What may lag.** An installation may send reads that may lag to a database replica
+(`HEADWATER_DATABASE_READ_URL`): the lists `GET /platform/v1/data`,
+`GET /platform/v1/transactions`, `GET /platform/v1/exports` and
+`GET /platform/v1/erasures`, and `POST /app/v1/activities/search`, may then miss what
+was committed in the last moments (usually milliseconds). A read by id and the two
+feeds (`GET /platform/v1/data/changes`, `GET /platform/v1/events`) always see every
+commit before them: read a transaction you just made by its id.
+
 **Pages.** Lists answer `{page_number, page_size, total_entries, total_pages, data}`,
 pages numbered from 0, `page_size` 1-100 (default 20).
 
