@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     public_url_from_address: bool = False
     token_lifetime_seconds: int = Field(86400, ge=60, le=30 * 86400)
     token_leeway_seconds: int = Field(60, ge=0, le=60)
+    # how long a console sign-in lasts (contract 18)
+    console_session_hours: int = Field(8, ge=1, le=8)
     signing_key_passphrase: str | None = None
     bootstrap_client_id: str | None = None
     bootstrap_client_secret: str | None = None

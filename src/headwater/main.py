@@ -17,6 +17,7 @@ from starlette.requests import Request
 from headwater import errors, worker
 from headwater.activity import router as activity_router
 from headwater.config import Settings, get_settings
+from headwater.console import router as console_router
 from headwater.exports import router as exports_router
 from headwater.files import router as files_router
 from headwater.files.stores import UPLOAD_PATH
@@ -104,6 +105,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(files_router.hooks)
     app.include_router(ops_router.router)
     app.mount("/docs/assets", ops_router.docs_assets, name="docs-assets")
+    app.include_router(console_router.router)
+    app.mount("/console/static", console_router.static, name="console-static")
 
     app.add_exception_handler(OAuthError, _oauth_error)
     app.add_exception_handler(errors.DomainError, problems.handle_domain_error)

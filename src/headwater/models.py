@@ -5,6 +5,7 @@ from __future__ import annotations
 
 def load_all() -> None:
     import headwater.activity.models
+    import headwater.console.models
     import headwater.events.models
     import headwater.exports.models
     import headwater.files.models

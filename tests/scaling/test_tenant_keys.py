@@ -73,6 +73,7 @@ CONFIGURATION = {
     "token_issuer",
     "shared_keys",
     "scheduled_jobs",
+    "console_sessions",
 }
 # SQLite numbers these rows with its rowid, which only a one-column INTEGER PRIMARY KEY
 # is: there the key stays the number alone (unique by itself, and no distribution)

@@ -26,6 +26,7 @@ DOMAINS = (
     "exports",
     "webhooks",
     "subjects",
+    "console",
 )
 # the protocol adapters: HTTP routers and their dependencies, the SFTP and SMTP servers
 ROUTERS = ("router.py", "token_router.py", "transform_router.py", "server.py", "deps.py")
@@ -65,6 +66,7 @@ OWNED = {
     "activity": {"ActivityEntry", "ActivityHead"},
     "webhooks": {"WebhookEndpoint", "WebhookDelivery", "WebhookAttempt"},
     "subjects": {"Erasure", "ErasureItem"},
+    "console": {"ConsoleSession"},
 }
 SQL_TABLES = {
     "identity": (
@@ -99,6 +101,7 @@ SQL_TABLES = {
     "activity": ("activity_entries", "activity_heads"),
     "webhooks": ("webhook_endpoints", "webhook_deliveries", "webhook_attempts"),
     "subjects": ("erasures", "erasure_items"),
+    "console": ("console_sessions",),
 }
 MODELS = {name for names in OWNED.values() for name in names}
 

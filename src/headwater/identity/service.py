@@ -32,7 +32,7 @@ from headwater.identity.models import (
     TokenIssuer,
 )
 from headwater.identity.secrets import hash_secret, new_client_id, new_secret, verify_secret
-from headwater.identity.tokens import COMPANY_SCOPES, SCOPES, Revocations, sign_token
+from headwater.identity.tokens import COMPANY_SCOPES, SCOPES, Principal, Revocations, sign_token
 from headwater.kit.clock import utcnow
 from headwater.kit.pagination import PageQuery, paginate
 
@@ -320,6 +320,41 @@ def verification_keys(session: Session) -> dict[str, jwt.PyJWK]:
 # --- tokens ------------------------------------------------------------------------------
 
 
+def authenticate(session: Session, *, client_id: str, client_secret: str) -> Credential:
+    """The credential of a client id and secret, neither it nor its company revoked;
+    raises `invalid_client` otherwise (the same answer for every reason). The secret's
+    hash is checked even for an unknown id, so the time taken tells nothing."""
+    credential = session.get(Credential, client_id)
+    ok = verify_secret(credential.secret_hash if credential else None, client_secret)
+    if credential is None or not ok or not _active(session, credential):
+        raise invalid_client()
+    return credential
+
+
+def active_principal(session: Session, client_id: str) -> Principal | None:
+    """The caller a credential is, as its token would say, if neither it nor its company
+    is revoked now (the console checks it on every page)."""
+    credential = session.get(Credential, client_id)
+    if credential is None or not _active(session, credential):
+        return None
+    return Principal(
+        subject=credential.client_id,
+        author_id=credential.author_id,
+        company_id=credential.company_id,
+        client_ids=tuple(credential.client_ids),
+        scopes=frozenset(credential.scopes),
+    )
+
+
+def _active(session: Session, credential: Credential) -> bool:
+    if credential.revoked_at is not None:
+        return False
+    if credential.company_id is None:
+        return True
+    company = session.get(Company, credential.company_id)
+    return company is not None and company.revoked_at is None
+
+
 @dataclass(frozen=True)
 class TokenGrant:
     access_token: str
@@ -338,14 +373,7 @@ def issue_token(
     scope: str | None,
 ) -> TokenGrant:
     """The client credentials grant: authenticate, check audience and scope, sign."""
-    credential = session.get(Credential, client_id)
-    ok = verify_secret(credential.secret_hash if credential else None, client_secret)
-    if credential is None or not ok or credential.revoked_at is not None:
-        raise invalid_client()
-    if credential.company_id is not None:
-        company = session.get(Company, credential.company_id)
-        if company is None or company.revoked_at is not None:
-            raise invalid_client()
+    credential = authenticate(session, client_id=client_id, client_secret=client_secret)
     if audience != settings.audience:
         raise OAuthError(
             "access_denied",

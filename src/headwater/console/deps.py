@@ -1,0 +1,200 @@
+"""The console's HTTP plumbing: who is signed in (the session cookie), the CSRF check of
+every form, the page templates and their security headers, and errors shown as pages."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from fastapi.templating import Jinja2Templates
+from pydantic import ValidationError
+
+from headwater.console import sessions
+from headwater.console.sessions import SignedIn
+from headwater.errors import DomainError, InsufficientScope, RateLimited
+from headwater.web.deps import RuntimeDep
+
+HERE = Path(__file__).parent
+COOKIE = "headwater_console"
+# the sign-in form's own CSRF token (double submit): there is no session to hold it yet
+SIGN_IN_COOKIE = "headwater_sign_in"
+CSRF_FIELD = "csrf"
+
+templates = Jinja2Templates(directory=HERE / "templates")  # autoescape on (Starlette's)
+
+# Nothing loads from outside the service, no inline script or style runs, no other site
+# frames a page or receives a form.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+class SignInNeeded(Exception):
+    """No live session: the page answers a redirect to the sign-in form."""
+
+
+class BadForm(DomainError):
+    status = 400
+    code = "bad_form"
+    title = "Bad form"
+
+
+class CsrfRefused(DomainError):
+    status = 403
+    code = "csrf_refused"
+    title = "Form refused"
+
+
+def secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def viewer(request: Request, runtime: RuntimeDep) -> SignedIn:
+    """The signed-in browser's session, checked against the database on every page: a
+    revoked credential or company, or an expired session, signs it out at once."""
+    token = request.cookies.get(COOKIE)
+    if not token:
+        raise SignInNeeded()
+    with runtime.db.read_session() as session:
+        found = sessions.signed_in(session, token)
+    if found is None:
+        raise SignInNeeded()
+    request.state.subject = found.principal.subject
+    return found
+
+
+Viewer = Annotated[SignedIn, Depends(viewer)]
+
+
+async def limited(request: Request, runtime: RuntimeDep, who: Viewer) -> SignedIn:
+    """The credential's rate limit, the same budget its API calls draw from."""
+    decision = await runtime.limiter.hit("credential:" + who.principal.subject)
+    request.state.rate_limit = decision
+    if not decision.allowed:
+        raise RateLimited(f"Rate limit exceeded; retry in {decision.retry_after} s.")
+    return who
+
+
+Signed = Annotated[SignedIn, Depends(limited)]
+
+
+async def form(request: Request) -> Mapping[str, str]:
+    """The posted form's fields (text only; a repeated field keeps its last value)."""
+    try:
+        fields = await request.form()
+    except Exception as error:  # python-multipart's refusals have no common base
+        raise BadForm(f"The form could not be read: {error}") from None
+    return {k: v for k, v in fields.items() if isinstance(v, str)}
+
+
+Form = Annotated[Mapping[str, str], Depends(form)]
+
+
+async def checked(who: Signed, fields: Form) -> SignedIn:
+    """A signed-in form post whose CSRF token is its session's; refused (403) otherwise."""
+    if not hmac.compare_digest(fields.get(CSRF_FIELD, ""), who.csrf):
+        raise CsrfRefused("The form's CSRF token is missing or not this session's; reload it.")
+    return who
+
+
+Changing = Annotated[SignedIn, Depends(checked)]
+
+
+def needs(who: SignedIn, *scopes: str) -> None:
+    """Refuse (403) what the credential's scopes would not allow through the API."""
+    missing = [s for s in scopes if s not in who.principal.scopes]
+    if missing:
+        raise InsufficientScope(missing)
+
+
+def page(
+    request: Request,
+    template: str,
+    who: SignedIn | None,
+    *,
+    status: int = 200,
+    **context: Any,
+) -> HTMLResponse:
+    response = templates.TemplateResponse(
+        request,
+        template,
+        {"who": who, "csrf": who.csrf if who else None, "path": request.url.path, **context},
+        status_code=status,
+    )
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def redirect(to: str) -> RedirectResponse:
+    response = RedirectResponse(to, status_code=303)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def sign_in_token(request: Request) -> str:
+    return request.cookies.get(SIGN_IN_COOKIE) or secrets.token_urlsafe(32)
+
+
+def set_cookie(
+    request: Request, response: Response, name: str, value: str, *, max_age: int
+) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path="/console",
+        httponly=True,
+        samesite="strict",
+        secure=secure(request),
+    )
+
+
+class ConsoleRoute(APIRoute):
+    """A console route: errors answer an HTML page with their status (not problem+json),
+    and a browser with no session is sent to the sign-in form."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except SignInNeeded:
+                back = request.url.path if request.method == "GET" else "/console"
+                response = redirect("/console/sign-in?next=" + quote(back, safe="/"))
+                response.delete_cookie(COOKIE, path="/console")
+                return response
+            except DomainError as error:
+                return error_page(request, error.status, error.title, error.detail)
+            except (RequestValidationError, ValidationError) as error:
+                return error_page(request, 400, "Bad request", _invalid(error))
+
+        return route
+
+
+def error_page(request: Request, status: int, title: str, detail: str) -> HTMLResponse:
+    # not-found and refusals say no more than the API does; no session is shown
+    return page(request, "error.html", None, status=status, title=title, detail=detail)
+
+
+def _invalid(error: RequestValidationError | ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item.get("loc", ()) if p not in ("query", "path", "body"))
+        parts.append(f"{where}: {item.get('msg', 'invalid')}" if where else item.get("msg", ""))
+    return "; ".join(parts) or "The request is not valid."

@@ -1,0 +1,83 @@
+"""A browser's view of the console through the test client: sign in with a credential,
+read pages, post forms with the page's CSRF token."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from tests.factories import OPERATOR_ID, OPERATOR_SECRET, create_company
+from tests.files.conftest import FileTenant
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+class Browser:
+    """One browser: its own cookie jar on the app the session's test client started."""
+
+    def __init__(self, client: TestClient) -> None:
+        self.http = TestClient(client.app, base_url="http://testserver")
+
+    def get(self, path: str, **params: Any) -> httpx.Response:
+        return self.http.get(path, params=params, follow_redirects=False)
+
+    def post(self, path: str, data: dict[str, str], *, csrf: bool | str = True) -> httpx.Response:
+        if csrf is True:
+            data = {"csrf": self.csrf()} | data
+        elif isinstance(csrf, str):
+            data = {"csrf": csrf} | data
+        return self.http.post(path, data=data, follow_redirects=False)
+
+    def csrf(self, path: str = "/console/transactions") -> str:
+        response = self.get(path)
+        found = CSRF.search(response.text)
+        assert found, f"no form with a CSRF token on {path}: {response.status_code}"
+        return found.group(1)
+
+    def sign_in(self, credential: dict[str, Any], *, next: str = "/console") -> httpx.Response:
+        form = self.get("/console/sign-in", next=next)
+        assert form.status_code == 200, form.text
+        token = CSRF.search(form.text)
+        assert token
+        return self.post(
+            "/console/sign-in",
+            {
+                "client_id": credential["client_id"],
+                "client_secret": credential["client_secret"],
+                "next": next,
+            },
+            csrf=token.group(1),
+        )
+
+    def signed_in(self, credential: dict[str, Any]) -> Browser:
+        response = self.sign_in(credential)
+        assert response.status_code == 303, response.text
+        return self
+
+
+OPERATOR = {"client_id": OPERATOR_ID, "client_secret": OPERATOR_SECRET}
+
+
+@pytest.fixture
+def browser(client: TestClient) -> Browser:
+    return Browser(client)
+
+
+@pytest.fixture
+def file_tenant(client: TestClient, admin: dict[str, str], company: str) -> FileTenant:
+    return FileTenant(client, admin, company)
+
+
+@pytest.fixture
+def quarantine_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
+    company = create_company(client, admin, "Quarantine Co")
+    return FileTenant(client, admin, company, invalid_rows="quarantine")
+
+
+@pytest.fixture
+def other_file_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
+    return FileTenant(client, admin, create_company(client, admin, "Other Co"))
