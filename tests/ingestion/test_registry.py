@@ -279,6 +279,30 @@ def test_company_reads_datasets_of_its_clients(
     assert_problem(client.get("/platform/v1/datasets/orders", headers=data_tenant.headers), 400)
 
 
+def test_a_company_reads_each_schema_version_of_its_datasets(
+    client: TestClient,
+    admin: dict[str, str],
+    data_tenant: DataTenant,
+    other_data_tenant: DataTenant,
+) -> None:
+    v2 = copy.deepcopy(SCHEMA)
+    v2["properties"]["coupon"] = {"type": "string"}
+    assert put_schema(client, admin, data_tenant.client_id, v2).status_code == 200
+    base = "/platform/v1/datasets/orders/versions"
+    mine = {"client_id": data_tenant.client_id}
+    first = client.get(f"{base}/1", params=mine, headers=data_tenant.headers)
+    assert first.status_code == 200, first.text
+    assert (first.json()["schema_version"], first.json()["schema"]) == (1, SCHEMA)
+    second = client.get(f"{base}/2", params=mine, headers=data_tenant.headers).json()
+    assert second["schema"] == v2
+    assert_problem(client.get(f"{base}/3", params=mine, headers=data_tenant.headers), 404)
+    assert_problem(client.get(f"{base}/0", params=mine, headers=data_tenant.headers), 400)
+    assert_problem(client.get(f"{base}/1", headers=data_tenant.headers), 400)  # no client_id
+    # another company's client is not this token's to use
+    theirs = client.get(f"{base}/1", params=mine, headers=other_data_tenant.headers)
+    assert_problem(theirs, 403)
+
+
 def test_token_limited_to_some_clients_sees_only_theirs(
     client: TestClient, admin: dict[str, str], company: str, data_tenant: DataTenant
 ) -> None:

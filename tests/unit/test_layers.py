@@ -30,6 +30,8 @@ DOMAINS = (
 )
 # the protocol adapters: HTTP routers and their dependencies, the SFTP and SMTP servers
 ROUTERS = ("router.py", "token_router.py", "transform_router.py", "server.py", "deps.py")
+# the console's pages are HTTP adapters too, a module an area
+CONSOLE_PAGES = ("headwater.console.pages",)
 WIRING = ("headwater.runtime", "headwater.main", "headwater.cli", "headwater.worker")
 HTTP = ("fastapi", "starlette", "headwater.web", "headwater.ops")
 # The tables each domain owns: no other module inserts, updates or deletes their rows.
@@ -248,7 +250,7 @@ def _http_in_services(modules: list[tuple[str, Path, ast.Module]]) -> list[str]:
     return [
         f"{module} imports {imported}"
         for module, path, tree in modules
-        if _domain(module) and path.name not in ROUTERS
+        if _domain(module) and path.name not in ROUTERS and not _under(module, CONSOLE_PAGES)
         for imported in _imports(tree)
         if _under(imported, HTTP + WIRING)
     ]

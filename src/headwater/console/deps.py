@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from headwater.console import sessions
 from headwater.console.sessions import SignedIn
 from headwater.errors import DomainError, InsufficientScope, RateLimited
+from headwater.kit.pagination import PageQuery
 from headwater.web.deps import RuntimeDep
 
 HERE = Path(__file__).parent
@@ -138,6 +139,20 @@ def page(
     )
     response.headers.update(SECURITY_HEADERS)
     return response
+
+
+def pages(request: Request, query: PageQuery, total: int) -> dict[str, str | None]:
+    """The links to a list's previous and next pages, and where this one stands."""
+    last = max(0, (total - 1) // query.page_size)
+
+    def link(number: int) -> str:
+        return str(request.url.include_query_params(page=number))
+
+    return {
+        "previous": link(query.page - 1) if query.page > 0 else None,
+        "next": link(query.page + 1) if query.page < last else None,
+        "label": f"page {query.page + 1} of {last + 1}",
+    }
 
 
 def redirect(to: str) -> RedirectResponse:

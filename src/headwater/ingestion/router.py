@@ -64,6 +64,7 @@ admin = APIRouter(prefix="/admin/v1", tags=["operator: datasets"], route_class=S
 NDJSON = "application/x-ndjson"
 ClientIdPath = Annotated[str, Path(description="Ingestion client id.")]
 DatasetIdPath = Annotated[str, Path(description="Dataset id, unique within its client.")]
+VersionPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="Schema version number, from 1.")]
 
 
 async def json_body(request: Request) -> bytes:
@@ -335,6 +336,29 @@ def get_dataset(
     return json_response(datasets.get(session, client_id=query.client_id, dataset_id=dataset_id))
 
 
+@router.get(
+    "/datasets/{dataset_id}/versions/{version}",
+    response_model=SchemaVersionRead,
+    responses={
+        403: {"description": "The token may not use this ingestion client."},
+        404: {"description": "The client has no such dataset, or it has no such version."},
+    },
+)
+def get_dataset_schema_version(
+    dataset_id: DatasetIdPath,
+    version: VersionPath,
+    query: Annotated[ClientQuery, Query()],
+    session: ReadSessionDep,
+    caller: DataRead,
+) -> object:
+    """One version of a dataset's schema, as it was registered (versions never change):
+    what records of that `schema_version` were checked against."""
+    datasets.usable_client(session, caller, query.client_id)
+    return json_response(
+        datasets.version(session, client_id=query.client_id, dataset_id=dataset_id, number=version)
+    )
+
+
 # --- operator: the registry -------------------------------------------------------------------
 
 REGISTRY_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -462,7 +486,7 @@ def list_schema_versions(
 def get_schema_version(
     client_id: ClientIdPath,
     dataset_id: DatasetIdPath,
-    version: Annotated[int, Path(ge=1, le=2**31 - 1, description="Schema version number, from 1.")],
+    version: VersionPath,
     session: ReadSessionDep,
     _: Admin,
 ) -> object:

@@ -1,0 +1,92 @@
+"""A company's datasets: each with its current schema, its versions and a diff between
+two of them, and its records."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import HTMLResponse
+
+from headwater.console.deps import ConsoleRoute, Signed, needs, page, pages
+from headwater.console.diff import json_diff
+from headwater.ingestion import datasets, records
+from headwater.ingestion.schemas import DatasetQuery, RecordQuery
+from headwater.web.deps import RuntimeDep
+
+router = APIRouter(prefix="/console", route_class=ConsoleRoute)
+
+ClientId = Annotated[str, Path(max_length=64)]
+DatasetId = Annotated[str, Path(max_length=64)]
+Version = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
+
+
+def pretty(document: Any) -> str:
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+
+
+@router.get("/datasets")
+def dataset_list(request: Request, runtime: RuntimeDep, who: Signed) -> HTMLResponse:
+    needs(who, "data:read")
+    query = DatasetQuery.model_validate(dict(request.query_params))
+    with runtime.db.read_session() as session:
+        items, total = datasets.list_visible(session, who.principal, query)
+    return page(
+        request, "datasets.html", who, items=items, total=total, pages=pages(request, query, total)
+    )
+
+
+@router.get("/datasets/{client_id}/{dataset_id}")
+def dataset_page(
+    request: Request,
+    client_id: ClientId,
+    dataset_id: DatasetId,
+    runtime: RuntimeDep,
+    who: Signed,
+    old: Version = None,
+    new: Version = None,
+) -> HTMLResponse:
+    """The dataset, and with `old` and `new` the diff from one schema version to the
+    other (by default, from the one before the current to the current)."""
+    needs(who, "data:read")
+    with runtime.db.read_session() as session:
+        datasets.usable_client(session, who.principal, client_id)
+        dataset = datasets.get(session, client_id=client_id, dataset_id=dataset_id)
+        new = new or dataset.schema_version
+        old = old or max(1, new - 1)
+        a = datasets.version(session, client_id=client_id, dataset_id=dataset_id, number=old)
+        b = datasets.version(session, client_id=client_id, dataset_id=dataset_id, number=new)
+    return page(
+        request,
+        "dataset.html",
+        who,
+        d=dataset,
+        schema=pretty(dataset.schema_),
+        options=pretty(dataset.options.model_dump(mode="json")),
+        old=old,
+        new=new,
+        diff=json_diff(a.schema_, b.schema_) if old != new else None,
+    )
+
+
+@router.get("/datasets/{client_id}/{dataset_id}/records")
+def record_list(
+    request: Request, client_id: ClientId, dataset_id: DatasetId, runtime: RuntimeDep, who: Signed
+) -> HTMLResponse:
+    needs(who, "data:read")
+    asked = {k: v for k, v in request.query_params.items() if v != ""}
+    query = RecordQuery.model_validate(asked | {"client_id": client_id, "dataset_id": dataset_id})
+    with runtime.db.replica_session() as session:  # a read that may lag, as the API's
+        items, total = records.list_records(session, who.principal, query)
+    return page(
+        request,
+        "records.html",
+        who,
+        client_id=client_id,
+        dataset_id=dataset_id,
+        items=[(r, pretty(r.data)) for r in items],
+        total=total,
+        asked=asked,
+        pages=pages(request, query, total),
+    )

@@ -1,0 +1,84 @@
+"""A company's datasets in the console: the list, a dataset with its versions and a diff
+between two, and its records; only the clients the credential may use."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from starlette.testclient import TestClient
+
+from tests.console.conftest import Browser
+from tests.factories import create_credential, create_ingestion_client
+from tests.files.conftest import FileTenant
+from tests.ingestion.conftest import SCHEMA
+
+
+def test_datasets_are_listed_with_their_current_version(
+    browser: Browser, file_tenant: FileTenant
+) -> None:
+    browser.signed_in(file_tenant.credential)
+    page = browser.get("/console/datasets")
+    assert page.status_code == 200
+    assert "1 dataset." in page.text
+    assert f'href="/console/datasets/{file_tenant.client_id}/orders"' in page.text
+
+
+def test_a_dataset_shows_what_changed_between_two_versions(
+    client: TestClient, browser: Browser, file_tenant: FileTenant
+) -> None:
+    v2 = copy.deepcopy(SCHEMA)
+    v2["properties"]["coupon"] = {"type": "string", "maxLength": 20}
+    file_tenant.add_schema_version(v2)
+    browser.signed_in(file_tenant.credential)
+    page = browser.get(f"/console/datasets/{file_tenant.client_id}/orders")
+    assert page.status_code == 200
+    assert "2 (current)" in page.text
+    added = re.findall(r'<span class="d-added">\+ ([^<]*)</span>', page.text)
+    # four lines more in version 2 (difflib may pair a `"type"` line differently)
+    assert len(added) == 4
+    assert {"&#34;coupon&#34;: {", "&#34;maxLength&#34;: 20,"} <= {a.strip() for a in added}
+    assert 'class="d-removed"' not in page.text
+    same = browser.get(f"/console/datasets/{file_tenant.client_id}/orders", old=2, new=2)
+    assert "The same version." in same.text
+    missing = browser.get(f"/console/datasets/{file_tenant.client_id}/orders", old=3)
+    assert missing.status_code == 404
+    assert (
+        browser.get(f"/console/datasets/{file_tenant.client_id}/orders", old=0).status_code == 400
+    )
+
+
+def test_records_of_a_dataset_are_shown_and_filtered_by_transaction(
+    browser: Browser, file_tenant: FileTenant
+) -> None:
+    first = file_tenant.push({"order_id": "A-1", "amount": 1, "quantity": 1}).json()
+    file_tenant.push({"order_id": "A-2", "amount": 2, "quantity": 2})
+    browser.signed_in(file_tenant.credential)
+    base = f"/console/datasets/{file_tenant.client_id}/orders/records"
+    every = browser.get(base)
+    assert "2 records." in every.text and "A-1" in every.text and "A-2" in every.text
+    one = browser.get(base, transaction_id=first["transaction_id"])
+    assert "1 record." in one.text and "A-2" not in one.text
+    assert browser.get(base, transaction_id="nope").status_code == 400
+
+
+def test_a_client_the_credential_may_not_use_is_refused(
+    client: TestClient,
+    browser: Browser,
+    admin: dict[str, str],
+    file_tenant: FileTenant,
+    other_file_tenant: FileTenant,
+) -> None:
+    other = create_ingestion_client(client, admin, file_tenant.company_id)
+    limited = create_credential(
+        client, admin, file_tenant.company_id, scopes=["data:read"], client_ids=[other]
+    )
+    browser.signed_in(limited)
+    assert "0 datasets." in browser.get("/console/datasets").text
+    for path in (
+        f"/console/datasets/{file_tenant.client_id}/orders",
+        f"/console/datasets/{file_tenant.client_id}/orders/records",
+        f"/console/datasets/{other_file_tenant.client_id}/orders",
+        f"/console/datasets/{other_file_tenant.client_id}/orders/records",
+    ):
+        assert browser.get(path).status_code in (403, 404), path
