@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from tests.factories import OPERATOR_ID, OPERATOR_SECRET, create_company
 from tests.files.conftest import FileTenant
+from tests.webhooks.conftest import HookTenant
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -23,7 +24,8 @@ class Browser:
         self.http = TestClient(client.app, base_url="http://testserver")
 
     def get(self, path: str, **params: Any) -> httpx.Response:
-        return self.http.get(path, params=params, follow_redirects=False)
+        # no `params` unless given: an empty one would drop the path's own query
+        return self.http.get(path, params=params or None, follow_redirects=False)
 
     def post(self, path: str, data: dict[str, str], *, csrf: bool | str = True) -> httpx.Response:
         if csrf is True:
@@ -81,3 +83,13 @@ def quarantine_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
 @pytest.fixture
 def other_file_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
     return FileTenant(client, admin, create_company(client, admin, "Other Co"))
+
+
+@pytest.fixture
+def hooks(client: TestClient, admin: dict[str, str], company: str) -> HookTenant:
+    return HookTenant(client, admin, company)
+
+
+@pytest.fixture
+def other_hooks(client: TestClient, admin: dict[str, str]) -> HookTenant:
+    return HookTenant(client, admin, create_company(client, admin, "Other hooks"))

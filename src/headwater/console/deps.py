@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 from urllib.parse import quote
 
 from fastapi import Depends, Request, Response
@@ -20,8 +20,10 @@ from pydantic import ValidationError
 from headwater.console import sessions
 from headwater.console.sessions import SignedIn
 from headwater.errors import DomainError, InsufficientScope, RateLimited
+from headwater.files.stores import Store
 from headwater.kit.pagination import PageQuery
-from headwater.web.deps import RuntimeDep
+from headwater.web.deps import RuntimeDep, Services
+from headwater.webhooks.crypto import SecretBox
 
 HERE = Path(__file__).parent
 COOKIE = "headwater_console"
@@ -43,6 +45,21 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+
+
+class ConsoleServices(Services, Protocol):
+    """The running service's parts the console uses beside the database."""
+
+    secret_box: SecretBox
+    store: Store
+
+
+async def get_console_runtime(request: Request) -> ConsoleServices:
+    runtime: ConsoleServices = request.app.state.runtime
+    return runtime
+
+
+ConsoleRuntime = Annotated[ConsoleServices, Depends(get_console_runtime)]
 
 
 class SignInNeeded(Exception):
@@ -94,16 +111,43 @@ async def limited(request: Request, runtime: RuntimeDep, who: Viewer) -> SignedI
 Signed = Annotated[SignedIn, Depends(limited)]
 
 
-async def form(request: Request) -> Mapping[str, str]:
-    """The posted form's fields (text only; a repeated field keeps its last value)."""
+class Fields:
+    """A posted form's text fields."""
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self._items = items
+
+    def get(self, name: str, default: str = "") -> str:
+        """The field's last value."""
+        found = [v for k, v in self._items if k == name]
+        return found[-1] if found else default
+
+    def __contains__(self, name: object) -> bool:
+        return any(k == name for k, _ in self._items)
+
+    def all(self, name: str) -> list[str]:
+        """Every value of a repeated field (checkboxes), in order."""
+        return [v for k, v in self._items if k == name]
+
+    def utc(self, name: str) -> str | None:
+        """A `datetime-local` field, read as UTC (the page says so); None if empty."""
+        value = self.get(name).strip()
+        if not value:
+            return None
+        has_zone = value.endswith("Z") or "+" in value[10:] or "-" in value[10:]
+        return value if has_zone else value + "Z"
+
+
+async def form(request: Request) -> Fields:
+    """The posted form's text fields (files are not read as text)."""
     try:
-        fields = await request.form()
+        posted = await request.form()
     except Exception as error:  # python-multipart's refusals have no common base
         raise BadForm(f"The form could not be read: {error}") from None
-    return {k: v for k, v in fields.items() if isinstance(v, str)}
+    return Fields([(k, v) for k, v in posted.multi_items() if isinstance(v, str)])
 
 
-Form = Annotated[Mapping[str, str], Depends(form)]
+Form = Annotated[Fields, Depends(form)]
 
 
 async def checked(who: Signed, fields: Form) -> SignedIn:

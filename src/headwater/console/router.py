@@ -6,10 +6,10 @@ from fastapi import APIRouter
 from fastapi.staticfiles import StaticFiles
 
 from headwater.console.deps import HERE
-from headwater.console.pages import datasets, signing, traffic
+from headwater.console.pages import datasets, signing, traffic, webhooks
 
 router = APIRouter(include_in_schema=False)
-for area in (signing, traffic, datasets):
+for area in (signing, traffic, datasets, webhooks):
     router.include_router(area.router)
 
 static = StaticFiles(directory=HERE / "static")

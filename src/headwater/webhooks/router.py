@@ -54,13 +54,6 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _rules(runtime: WebhooksRuntime) -> service.UrlRules:
-    return service.UrlRules(
-        allow_http=runtime.settings.webhook_allow_http,
-        allow_private=runtime.settings.webhook_allow_private,
-    )
-
-
 @router.get(
     "/events",
     response_model=EventPage,
@@ -111,7 +104,11 @@ def create_endpoint(
     """Register a receiver. The answer holds its signing secret, shown only here (and by
     `rotate_secret`)."""
     row, secret = service.create_endpoint(
-        session, actor=caller.actor, data=body, box=runtime.secret_box, rules=_rules(runtime)
+        session,
+        actor=caller.actor,
+        data=body,
+        box=runtime.secret_box,
+        rules=service.UrlRules.of(runtime.settings),
     )
     created = EndpointCreated(**service.view(row).model_dump(), secret=secret)
     return json_response(created, status_code=201)
@@ -152,7 +149,7 @@ def update_endpoint(
         company_id=caller.actor.company_id,
         endpoint_id=endpoint_id,
         changes=body,
-        rules=_rules(runtime),
+        rules=service.UrlRules.of(runtime.settings),
     )
     return json_response(service.view(row))
 

@@ -12,6 +12,7 @@ from sqlalchemy import and_, literal, select, update
 from sqlalchemy.orm import Session
 
 from headwater import wakeups
+from headwater.config import Settings
 from headwater.events import outbox
 from headwater.events.models import Event
 from headwater.kit.actor import Actor
@@ -39,6 +40,13 @@ PREVIOUS_SECRET_HOURS = 24
 class UrlRules:
     allow_http: bool
     allow_private: bool
+
+    @classmethod
+    def of(cls, settings: Settings) -> UrlRules:
+        """The installation's rules (HEADWATER_WEBHOOK_ALLOW_HTTP, _ALLOW_PRIVATE)."""
+        return cls(
+            allow_http=settings.webhook_allow_http, allow_private=settings.webhook_allow_private
+        )
 
 
 def check_url(url: str, rules: UrlRules) -> None:
