@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from tests.factories import OPERATOR_ID, OPERATOR_SECRET, create_company
 from tests.files.conftest import FileTenant
+from tests.subjects.conftest import SubjectTenant
 from tests.webhooks.conftest import HookTenant
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -29,16 +30,19 @@ class Browser:
 
     def post(self, path: str, data: dict[str, str], *, csrf: bool | str = True) -> httpx.Response:
         if csrf is True:
-            data = {"csrf": self.csrf()} | data
+            data = {"csrf": self.csrf(path)} | data
         elif isinstance(csrf, str):
             data = {"csrf": csrf} | data
         return self.http.post(path, data=data, follow_redirects=False)
 
     def csrf(self, path: str = "/console/transactions") -> str:
-        response = self.get(path)
-        found = CSRF.search(response.text)
-        assert found, f"no form with a CSRF token on {path}: {response.status_code}"
-        return found.group(1)
+        """The session's CSRF token, from the page a form posts to or any other of the
+        session's pages (each has the sign-out form)."""
+        for candidate in (path, "/console/transactions", "/console/companies", "/console/erasures"):
+            found = CSRF.search(self.get(candidate).text)
+            if found:
+                return found.group(1)
+        raise AssertionError("no page of this session shows a CSRF token")
 
     def sign_in(self, credential: dict[str, Any], *, next: str = "/console") -> httpx.Response:
         form = self.get("/console/sign-in", next=next)
@@ -93,3 +97,8 @@ def hooks(client: TestClient, admin: dict[str, str], company: str) -> HookTenant
 @pytest.fixture
 def other_hooks(client: TestClient, admin: dict[str, str]) -> HookTenant:
     return HookTenant(client, admin, create_company(client, admin, "Other hooks"))
+
+
+@pytest.fixture
+def subject_tenant(client: TestClient, admin: dict[str, str], company: str) -> SubjectTenant:
+    return SubjectTenant(client, admin, company)

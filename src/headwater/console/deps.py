@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Protocol
 from urllib.parse import quote
 
+import orjson
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -21,7 +22,6 @@ from headwater.console import sessions
 from headwater.console.sessions import SignedIn
 from headwater.errors import DomainError, InsufficientScope, RateLimited
 from headwater.files.stores import Store
-from headwater.kit.pagination import PageQuery
 from headwater.web.deps import RuntimeDep, Services
 from headwater.webhooks.crypto import SecretBox
 
@@ -185,7 +185,12 @@ def page(
     return response
 
 
-def pages(request: Request, query: PageQuery, total: int) -> dict[str, str | None]:
+class Paged(Protocol):
+    page: int
+    page_size: int
+
+
+def pages(request: Request, query: Paged, total: int) -> dict[str, str | None]:
     """The links to a list's previous and next pages, and where this one stands."""
     last = max(0, (total - 1) // query.page_size)
 
@@ -197,6 +202,11 @@ def pages(request: Request, query: PageQuery, total: int) -> dict[str, str | Non
         "next": link(query.page + 1) if query.page < last else None,
         "label": f"page {query.page + 1} of {last + 1}",
     }
+
+
+def pretty(document: Any) -> str:
+    """JSON as a page shows it: indented, in its own order."""
+    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
 
 
 def redirect(to: str) -> RedirectResponse:

@@ -3,13 +3,12 @@ two of them, and its records."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from headwater.console.deps import ConsoleRoute, Signed, needs, page, pages
+from headwater.console.deps import ConsoleRoute, Signed, needs, page, pages, pretty
 from headwater.console.diff import json_diff
 from headwater.ingestion import datasets, records
 from headwater.ingestion.schemas import DatasetQuery, RecordQuery
@@ -20,10 +19,6 @@ router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 ClientId = Annotated[str, Path(max_length=64)]
 DatasetId = Annotated[str, Path(max_length=64)]
 Version = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
-
-
-def pretty(document: Any) -> str:
-    return orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
 
 
 @router.get("/datasets")

@@ -7,7 +7,6 @@ import uuid
 from datetime import timedelta
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, Response
 
@@ -21,6 +20,7 @@ from headwater.console.deps import (
     needs,
     page,
     pages,
+    pretty,
     redirect,
 )
 from headwater.files import quarantine
@@ -169,9 +169,7 @@ def _row(row: Any) -> dict[str, Any]:
     return {
         "line": row.line,
         "record": row.record,
-        "data": None
-        if row.data is None
-        else orjson.dumps(row.data, option=orjson.OPT_INDENT_2).decode(),
+        "data": None if row.data is None else pretty(row.data),
         "raw": row.raw,
         "errors": row.errors,
         "resolved_by": row.resolved_by,
