@@ -22,6 +22,8 @@ from headwater.console import sessions
 from headwater.console.sessions import SignedIn
 from headwater.errors import DomainError, InsufficientScope, RateLimited
 from headwater.files.stores import Store
+from headwater.identity.tokens import TokenVerifier
+from headwater.kit import strictjson
 from headwater.web.deps import RuntimeDep, Services
 from headwater.webhooks.crypto import SecretBox
 
@@ -52,6 +54,7 @@ class ConsoleServices(Services, Protocol):
 
     secret_box: SecretBox
     store: Store
+    verifier: TokenVerifier
 
 
 async def get_console_runtime(request: Request) -> ConsoleServices:
@@ -128,6 +131,13 @@ class Fields:
     def all(self, name: str) -> list[str]:
         """Every value of a repeated field (checkboxes), in order."""
         return [v for k, v in self._items if k == name]
+
+    def json(self, name: str) -> Any:
+        """A JSON field (a schema, steps, records), read as the API reads a body."""
+        try:
+            return strictjson.loads(self.get(name).encode())
+        except ValueError as error:
+            raise BadForm(f"{name}: not JSON: {error}") from None
 
     def utc(self, name: str) -> str | None:
         """A `datetime-local` field, read as UTC (the page says so); None if empty."""

@@ -6,10 +6,18 @@ from fastapi import APIRouter
 from fastapi.staticfiles import StaticFiles
 
 from headwater.console.deps import HERE
-from headwater.console.pages import activity, datasets, records, signing, traffic, webhooks
+from headwater.console.pages import (
+    activity,
+    datasets,
+    operators,
+    records,
+    signing,
+    traffic,
+    webhooks,
+)
 
 router = APIRouter(include_in_schema=False)
-for area in (signing, traffic, datasets, webhooks, records, activity):
+for area in (signing, traffic, datasets, webhooks, records, activity, operators):
     router.include_router(area.router)
 
 static = StaticFiles(directory=HERE / "static")

@@ -15,6 +15,7 @@ from headwater.console.deps import (
     BadForm,
     Changing,
     ConsoleRoute,
+    Fields,
     Form,
     Signed,
     needs,
@@ -27,7 +28,6 @@ from headwater.files import quarantine
 from headwater.files.schemas import QuarantineQuery
 from headwater.ingestion import traffic, transactions
 from headwater.ingestion.schemas import TransactionQuery
-from headwater.kit import strictjson
 from headwater.kit.clock import utcnow
 from headwater.web.deps import RuntimeDep
 
@@ -152,14 +152,11 @@ def resubmit(
     return redirect(f"/console/transactions/{answer.transaction_id}")
 
 
-def _correction(fields: Any) -> tuple[int, dict[str, Any]]:
-    line = fields.get("line", "")
+def _correction(fields: Fields) -> tuple[int, dict[str, Any]]:
+    line = fields.get("line")
     if not line.isdigit() or int(line) < 1:
         raise BadForm("line: a quarantined row's line number (1 or more).")
-    try:
-        data = strictjson.loads(fields.get("data", "").encode())
-    except ValueError as error:
-        raise BadForm(f"data (line {line}): not JSON: {error}") from None
+    data = fields.json("data")
     if not isinstance(data, dict):
         raise BadForm(f"data (line {line}): a record is a JSON object.")
     return int(line), data
