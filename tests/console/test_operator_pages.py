@@ -28,7 +28,7 @@ def test_an_operator_makes_a_company_with_a_client_and_a_credential_that_signs_i
 ) -> None:
     browser.signed_in(OPERATOR)
     company = _company(browser, "Console Co")
-    assert "Console Co" in browser.get("/console/companies").text
+    assert "<h1>Console Co</h1>" in browser.get(f"/console/companies/{company}").text
     added = browser.post(
         f"/console/companies/{company}/clients", {"client_id": "console-crm", "name": "CRM"}
     )
