@@ -15,6 +15,7 @@ WIDTH = 720
 HEIGHT = 180
 LEFT = 44  # room for the axis labels
 BOTTOM = 20
+TOP = 10  # room for the top value's label
 # the order series stack in, bottom first; others follow by name
 ORDER = (
     "completed",
@@ -113,10 +114,11 @@ def _draw(
     slots: list[datetime], names: list[str], grid: dict[str, list[int]], top: int
 ) -> tuple[list[Bar], list[Tick], list[Tick]]:
     """The bars, the value axis's ticks (with their gridlines) and the time axis's."""
-    plot_w, plot_h = WIDTH - LEFT, HEIGHT - BOTTOM
+    plot_w, plot_h = WIDTH - LEFT, HEIGHT - BOTTOM - TOP
+    floor = TOP + plot_h  # the y of a zero
     step = plot_w / len(slots)
     width = max(1.0, step * 0.8)
-    values = [Tick(LEFT - 4, plot_h - f * plot_h, _short(round(top * f))) for f in (0, 0.5, 1)]
+    values = [Tick(LEFT - 4, floor - f * plot_h, _short(round(top * f))) for f in (0, 0.5, 1)]
     bars: list[Bar] = []
     times: list[Tick] = []
     for i, hour in enumerate(slots):
@@ -130,7 +132,7 @@ def _draw(
                     Bar(
                         name,
                         x,
-                        plot_h - base - h,
+                        floor - base - h,
                         width,
                         max(h, 0.5),
                         f"{_label(hour)} · {name}: {value}",
