@@ -166,3 +166,54 @@ def test_a_company_user_is_refused_every_operator_page(
         f"/console/clients/{file_tenant.client_id}/datasets/orders/transforms",
     ):
         assert browser.post(path, {"name": "x"}).status_code == 403, path
+
+
+def test_an_operator_adds_sftp_accounts_and_inboxes(
+    browser: Browser, file_tenant: FileTenant
+) -> None:
+    import asyncssh
+
+    browser.signed_in(OPERATOR)
+    company = f"/console/companies/{file_tenant.company_id}"
+    key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    with_key = browser.post(
+        f"{company}/sftp_accounts",
+        {"username": f"u-{file_tenant.client_id}", "public_keys": key + "\n"},
+    )
+    assert with_key.status_code == 201, with_key.text
+    assert "SHA256:" in with_key.text and 'id="secret"' not in with_key.text
+    with_password = browser.post(
+        f"{company}/sftp_accounts",
+        {"username": f"p-{file_tenant.client_id}", "password": "on"},
+    )
+    assert with_password.status_code == 201, with_password.text
+    password = re.search(r'<p class="secret" id="secret">([^<]+)</p>', with_password.text)
+    assert password
+    listed = browser.get(company).text
+    assert f"u-{file_tenant.client_id}" in listed and password.group(1) not in listed
+    for fields in (
+        {"username": "nokey"},
+        {"username": "badkey", "public_keys": "ssh-ed25519 AAAA-not-a-key"},
+        {"username": f"u-{file_tenant.client_id}", "password": "on"},
+    ):
+        assert browser.post(f"{company}/sftp_accounts", fields).status_code in (400, 409), fields
+    deleted = browser.post(f"/console/sftp_accounts/u-{file_tenant.client_id}/delete", {})
+    assert deleted.status_code == 303
+    assert f"u-{file_tenant.client_id}" not in browser.get(company).text
+
+    registry = f"/console/clients/{file_tenant.client_id}/datasets/orders"
+    added = browser.post(
+        f"{registry}/inboxes", {"allowed_senders": "ann@example.com\n@example.org"}
+    )
+    assert added.status_code == 303, added.text
+    page = browser.get(registry).text
+    address = re.search(r'<td class="mono">(in-[^<]+@ingest\.localhost)</td>', page)
+    assert address and "ann@example.com, @example.org" in page
+    assert (
+        browser.post(f"{registry}/inboxes", {"allowed_senders": "not an address"}).status_code
+        == 400
+    )
+    inbox_id = re.search(r'action="/console/inboxes/([0-9a-f-]{36})/delete"', page)
+    assert inbox_id
+    assert browser.post(f"/console/inboxes/{inbox_id.group(1)}/delete", {}).status_code == 303
+    assert "No inbox yet." in browser.get(registry).text

@@ -8,6 +8,7 @@ from fastapi.staticfiles import StaticFiles
 from headwater.console.deps import HERE
 from headwater.console.pages import (
     activity,
+    channels,
     datasets,
     operators,
     records,
@@ -17,7 +18,7 @@ from headwater.console.pages import (
 )
 
 router = APIRouter(include_in_schema=False)
-for area in (signing, traffic, datasets, webhooks, records, activity, operators):
+for area in (signing, traffic, datasets, webhooks, records, activity, operators, channels):
     router.include_router(area.router)
 
 static = StaticFiles(directory=HERE / "static")

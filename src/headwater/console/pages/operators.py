@@ -1,6 +1,6 @@
-"""The operator's pages (scope `admin`): companies, their ingestion clients and
-credentials (a new secret shown once), and the dataset registry: register a dataset, add
-a schema version, set and preview transform steps."""
+"""The operator's pages (scope `admin`): companies, their ingestion clients, credentials
+(a new secret shown once) and SFTP accounts, and the dataset registry: register a
+dataset, add a schema version, set and preview transform steps, its inboxes."""
 
 from __future__ import annotations
 
@@ -34,9 +34,12 @@ from headwater.identity.schemas import (
     CredentialRead,
 )
 from headwater.identity.tokens import COMPANY_SCOPES
+from headwater.inbox import service as inboxes
+from headwater.inbox.schemas import InboxQuery
 from headwater.ingestion import datasets, transform_service
 from headwater.ingestion.schemas import DatasetCreate, PreviewRequest, TransformsUpdate
 from headwater.kit.pagination import PageQuery
+from headwater.sftp import service as sftp
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
@@ -96,6 +99,8 @@ def _company(
         clients, _ = identity.list_clients(session, company_id=company_id, params=LISTED)
         rows, _ = identity.list_credentials(session, company_id=company_id, params=LISTED)
         credentials = [CredentialRead.model_validate(c, from_attributes=True) for c in rows]
+        logins, _ = sftp.list_accounts(session, company_id=company_id, params=LISTED)
+        accounts = [sftp.view(a) for a in logins]
     return page(
         request,
         "company.html",
@@ -104,6 +109,7 @@ def _company(
         company=company,
         clients=clients,
         credentials=credentials,
+        accounts=accounts,
         scopes=sorted(COMPANY_SCOPES),
         issued=issued,
     )
@@ -238,6 +244,9 @@ def _registry(
     with runtime.db.read_session() as session:
         dataset = datasets.get(session, client_id=client_id, dataset_id=dataset_id)
         steps = transform_service.current(session, client_id=client_id, dataset_id=dataset_id)
+        found, _ = inboxes.list_inboxes(session, InboxQuery(client_id=client_id, page_size=100))
+        domain = runtime.settings.inbound_email_domain
+        shown = [inboxes.view(i, domain=domain) for i in found if i.dataset_id == dataset_id]
     return page(
         request,
         "registry.html",
@@ -245,6 +254,7 @@ def _registry(
         d=dataset,
         schema=pretty(dataset.schema_),
         transforms=steps,
+        inboxes=shown,
         steps=pretty(steps.steps),
         preview=preview,
         tried_records=tried.get("records") if tried else "",
