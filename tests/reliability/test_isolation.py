@@ -210,6 +210,12 @@ MATRIX = [
     ),
     Row(
         "GET",
+        "/platform/v1/datasets/{dataset_id}/versions/{version}",
+        "/platform/v1/datasets/orders/versions/1",
+        params={"client_id": "{client_id}"},
+    ),
+    Row(
+        "GET",
         "/platform/v1/data/file_upload_url",
         "/platform/v1/data/file_upload_url",
         params={
