@@ -253,6 +253,7 @@ Or with the Python client's command line (clients/python/README.md), files kept 
 Webhooks: the demo allows http and loopback receivers, and runs one at {data.receiver_url}
 (each delivery a line of {data.received}); see docs/events-and-webhooks.md.
 
+Web console: {base_url}/console (sign in with either credential above)
 Interactive API docs: {base_url}/docs    OpenAPI: {base_url}/openapi.json
 """
 

@@ -261,3 +261,31 @@ def test_the_receiver_example_verifies_a_test_event_sent_to_it(demo: dict[str, o
     finally:
         process.terminate()
         process.communicate(timeout=10)  # and its pipe closed
+
+
+def test_the_demo_prints_the_console_and_its_credentials_sign_in(
+    demo: dict[str, object],
+) -> None:
+    log = demo["log"]
+    assert isinstance(log, Path)
+    printed = log.read_text()
+    console = re.search(r"Web console: (http://\S+/console)", printed)
+    assert console, printed
+    for kind, page in (("Company", "Overview"), ("Operator", "Companies")):
+        found = re.search(rf"{kind} credential:\s+client_id=(\S+)\s+client_secret=(\S+)", printed)
+        assert found, printed
+        with httpx.Client(timeout=30) as browser:
+            form = browser.get(console.group(1) + "/sign-in")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert form.status_code == 200 and csrf
+            signed = browser.post(
+                console.group(1) + "/sign-in",
+                data={
+                    "csrf": csrf.group(1),
+                    "client_id": found.group(1),
+                    "client_secret": found.group(2),
+                },
+                follow_redirects=True,
+            )
+            assert signed.status_code == 200, signed.text
+            assert f"<h1>{page}</h1>" in signed.text
