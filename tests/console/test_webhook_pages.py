@@ -46,6 +46,14 @@ def test_an_endpoint_added_shows_its_secret_once_and_a_test_event_is_delivered(
         assert "webhook.test" in page and "delivered" in page
         assert receiver.received[0].headers["webhook-id"] in page  # the event's id
 
+        overview = browser.get("/console").text
+        health = re.search(
+            rf"{re.escape(receiver.at('/hook'))}</a></td><td>enabled</td>"
+            r'<td class="num">(\d+)</td><td class="num">(\d+)</td><td class="num">(\d+)</td>',
+            overview,
+        )
+        assert health and health.groups() == ("1", "0", "0"), overview
+
         replayed = browser.post(f"{path}/replay", {"since": "2026-01-01T00:00"})
         assert replayed.status_code == 303
         queued = re.fullmatch(re.escape(path) + r"\?queued=(\d+)", replayed.headers["location"])
@@ -114,7 +122,9 @@ def test_webhooks_need_their_scope_and_another_companys_endpoint_is_404(
     app = make_client(webhook_allow_http=True, webhook_allow_private=True)
     theirs = other_hooks.using(app).endpoint("http://127.0.0.1:9/h")
     reader = create_credential(client, admin, hooks.company_id, scopes=["data:read"])
-    assert Browser(client).signed_in(reader).get("/console/webhooks").status_code == 403
+    seen_by_reader = Browser(client).signed_in(reader)
+    assert seen_by_reader.get("/console/webhooks").status_code == 403
+    assert "Webhook deliveries" not in seen_by_reader.get("/console").text
     manager = create_credential(client, admin, hooks.company_id, scopes=SCOPES)
     browser = Browser(client).signed_in(manager)
     path = f"/console/webhooks/{theirs['id']}"

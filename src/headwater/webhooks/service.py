@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import and_, literal, select, update
+from sqlalchemy import and_, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from headwater import wakeups
@@ -202,6 +202,50 @@ def list_deliveries(
         for row in rows
     ]
     return Page[DeliveryRead].of(items, params=query, total=total)
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """An endpoint's deliveries created since a time, by status."""
+
+    endpoint_id: uuid.UUID
+    url: str
+    status: str  # the endpoint's: enabled or disabled
+    delivered: int
+    pending: int
+    failed: int
+
+
+def health(session: Session, *, company_id: uuid.UUID, since: datetime) -> list[Health]:
+    """Each of the company's endpoints with its deliveries created since `since`,
+    counted by status: one range read a endpoint (`endpoint_id, created_at`)."""
+    endpoints = session.scalars(
+        select(WebhookEndpoint)
+        .where(WebhookEndpoint.company_id == company_id)
+        .order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)
+    ).all()
+    counts: dict[tuple[uuid.UUID, str], int] = {}
+    if endpoints:
+        rows = session.execute(
+            select(WebhookDelivery.endpoint_id, WebhookDelivery.status, func.count())
+            .where(
+                WebhookDelivery.endpoint_id.in_([e.id for e in endpoints]),
+                WebhookDelivery.created_at >= since,
+            )
+            .group_by(WebhookDelivery.endpoint_id, WebhookDelivery.status)
+        )
+        counts = {(endpoint_id, status): n for endpoint_id, status, n in rows}
+    return [
+        Health(
+            e.id,
+            e.url,
+            e.status,
+            counts.get((e.id, "delivered"), 0),
+            counts.get((e.id, "pending"), 0),
+            counts.get((e.id, "failed"), 0),
+        )
+        for e in endpoints
+    ]
 
 
 def replay(

@@ -30,6 +30,7 @@ from headwater.ingestion import traffic, transactions
 from headwater.ingestion.schemas import TransactionQuery
 from headwater.kit.clock import utcnow
 from headwater.web.deps import RuntimeDep
+from headwater.webhooks import service as webhooks
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
@@ -48,12 +49,19 @@ def overview(request: Request, runtime: RuntimeDep, who: Signed) -> Response:
         week = traffic.hourly(session, who.principal, hours=24 * 7, now=now)
     day_start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
     day = [c for c in week if c.hour >= day_start]
+    hooks = None
+    if "webhooks:manage" in who.principal.scopes:  # what the API would show it
+        with runtime.db.replica_session() as session:
+            hooks = webhooks.health(
+                session, company_id=who.principal.actor.company_id, since=now - timedelta(hours=24)
+            )
     return page(
         request,
         "overview.html",
         who,
         totals=charts.totals(day),
         week_totals=charts.totals(week),
+        hooks=hooks,
         charts=[
             charts.by_hour(
                 day,
