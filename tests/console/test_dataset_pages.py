@@ -4,6 +4,7 @@ between two, and its records; only the clients the credential may use."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 from starlette.testclient import TestClient
@@ -82,3 +83,30 @@ def test_a_client_the_credential_may_not_use_is_refused(
         f"/console/datasets/{other_file_tenant.client_id}/orders/records",
     ):
         assert browser.get(path).status_code in (403, 404), path
+
+
+def test_a_dataset_shows_its_steps_and_previews_records_through_them(
+    client: TestClient, browser: Browser, file_tenant: FileTenant
+) -> None:
+    steps = [{"op": "drop", "path": "/channel"}]
+    response = client.put(
+        f"/admin/v1/clients/{file_tenant.client_id}/datasets/orders/transforms",
+        json={"steps": steps},
+        headers=file_tenant.admin,
+    )
+    assert response.status_code == 200, response.text
+    browser.signed_in(file_tenant.credential)
+    path = f"/console/datasets/{file_tenant.client_id}/orders"
+    page = browser.get(path)
+    assert "Transform steps (version 1)" in page.text and "&#34;drop&#34;" in page.text
+    records = [{"order_id": "A-1", "amount": 1, "quantity": 1, "channel": "x"}, {"amount": 1}]
+    before = file_tenant.transactions()["total_entries"]
+    tried = browser.post(f"{path}/preview", {"records": json.dumps(records)})
+    assert tried.status_code == 200, tried.text
+    assert re.findall(r'<span class="status [^"]+">(\w+)</span>', tried.text) == [
+        "stored",
+        "invalid",
+    ]
+    for bad in ("[]", "{", '"x"'):
+        assert browser.post(f"{path}/preview", {"records": bad}).status_code == 400, bad
+    assert file_tenant.transactions()["total_entries"] == before  # nothing stored

@@ -52,6 +52,12 @@ MATRIX = [
         "/console/datasets/{client_id}/{dataset_id}/records",
         "/console/datasets/{client_id}/orders/records",
     ),
+    Row(
+        "POST",
+        "/console/datasets/{client_id}/{dataset_id}/preview",
+        "/console/datasets/{client_id}/orders/preview",
+        {"records": '[{"order_id": "S-1", "amount": 1}]'},
+    ),
     Row("GET", "/console/webhooks/{endpoint_id}", "/console/webhooks/{hook}"),
     Row("POST", "/console/webhooks/{endpoint_id}/test", "/console/webhooks/{hook}/test", {}),
     Row(

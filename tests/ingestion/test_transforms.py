@@ -614,3 +614,40 @@ def test_cli_sets_shows_and_previews_steps(
         "datasets", "transforms", "set", data_tenant.client_id, "orders", str(steps), **where
     )
     assert done.returncode == 1 and "unknown op" in done.stderr
+
+
+def test_a_company_reads_its_datasets_steps_and_previews_them(
+    data_tenant: DataTenant, other_data_tenant: DataTenant
+) -> None:
+    base = "/platform/v1/datasets/orders/transforms"
+    mine = {"client_id": data_tenant.client_id}
+    client, headers = data_tenant.client, data_tenant.headers
+    assert client.get(base, params=mine, headers=headers).json() == {
+        "version": 0, "steps": [], "created_at": None,
+    }  # fmt: skip
+    steps = [{"op": "filter", "path": "/paid", "equals": False}]
+    put_steps(data_tenant, steps)
+    read = client.get(base, params=mine, headers=headers).json()
+    assert (read["version"], read["steps"]) == (1, steps)
+    before = data_tenant.transactions()["total_entries"]
+    body = {"records": [order(1), order(2, paid=False), {"order_id": "A-9"}]}
+    tried = client.post(f"{base}/preview", params=mine, json=body, headers=headers)
+    assert tried.status_code == 200, tried.text
+    assert [r["outcome"] for r in tried.json()["results"]] == ["stored", "filtered", "invalid"]
+    assert data_tenant.transactions()["total_entries"] == before  # nothing stored
+    # the steps are the operator's to try: a company previews the current ones only
+    with_steps = client.post(
+        f"{base}/preview", params=mine, json=body | {"steps": []}, headers=headers
+    )
+    assert with_steps.status_code == 400
+    for bad in ({"records": []}, {"records": [{}] * 101}, {}):
+        assert (
+            client.post(f"{base}/preview", params=mine, json=bad, headers=headers).status_code
+            == 400
+        )
+    theirs = other_data_tenant.headers
+    assert client.get(base, params=mine, headers=theirs).status_code == 403
+    assert client.post(f"{base}/preview", params=mine, json=body, headers=theirs).status_code == 403
+    missing = {"client_id": data_tenant.client_id}
+    gone = client.get("/platform/v1/datasets/nope/transforms", params=missing, headers=headers)
+    assert gone.status_code == 404

@@ -216,6 +216,19 @@ MATRIX = [
     ),
     Row(
         "GET",
+        "/platform/v1/datasets/{dataset_id}/transforms",
+        "/platform/v1/datasets/orders/transforms",
+        params={"client_id": "{client_id}"},
+    ),
+    Row(
+        "POST",
+        "/platform/v1/datasets/{dataset_id}/transforms/preview",
+        "/platform/v1/datasets/orders/transforms/preview",
+        params={"client_id": "{client_id}"},
+        body={"records": [{"order_id": "S-1", "amount": 1}]},
+    ),
+    Row(
+        "GET",
         "/platform/v1/data/file_upload_url",
         "/platform/v1/data/file_upload_url",
         params={

@@ -14,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from headwater.identity.deps import Admin, DataRead, DataWrite
-from headwater.ingestion import changes, datasets, records, service, transactions
+from headwater.ingestion import changes, datasets, records, service, transactions, transform_service
 from headwater.ingestion.errors import InvalidIdempotencyKey, NotJSON, RecordsInvalid
 from headwater.ingestion.groups import PushQueue
 from headwater.ingestion.readahead import ReadAhead
@@ -26,6 +26,8 @@ from headwater.ingestion.schemas import (
     DatasetQuery,
     DatasetRead,
     OptionsUpdate,
+    PreviewRead,
+    PreviewRecords,
     PushIn,
     PushResult,
     RecordQuery,
@@ -34,6 +36,7 @@ from headwater.ingestion.schemas import (
     SchemaVersionRead,
     TransactionQuery,
     TransactionRead,
+    TransformsRead,
 )
 from headwater.kit.clock import iso_ms
 from headwater.kit.pagination import Page
@@ -357,6 +360,55 @@ def get_dataset_schema_version(
     return json_response(
         datasets.version(session, client_id=query.client_id, dataset_id=dataset_id, number=version)
     )
+
+
+@router.get(
+    "/datasets/{dataset_id}/transforms",
+    response_model=TransformsRead,
+    responses={
+        403: {"description": "The token may not use this ingestion client."},
+        404: {"description": "The client has no such dataset."},
+    },
+)
+def get_dataset_transforms(
+    dataset_id: DatasetIdPath,
+    query: Annotated[ClientQuery, Query()],
+    session: ReadSessionDep,
+    caller: DataRead,
+) -> object:
+    """The dataset's current transform steps (`{"version": 0, "steps": []}` before any),
+    as an operator set them: what the records stored from now on went through."""
+    datasets.usable_client(session, caller, query.client_id)
+    return json_response(
+        transform_service.current(session, client_id=query.client_id, dataset_id=dataset_id)
+    )
+
+
+@router.post(
+    "/datasets/{dataset_id}/transforms/preview",
+    response_model=PreviewRead,
+    responses={
+        403: {"description": "The token may not use this ingestion client."},
+        404: {"description": "The client has no such dataset."},
+    },
+)
+def preview_dataset_transforms(
+    dataset_id: DatasetIdPath,
+    query: Annotated[ClientQuery, Query()],
+    body: PreviewRecords,
+    runtime: RuntimeDep,
+    caller: DataRead,
+) -> object:
+    """How each record would fare if pushed now, through the current steps: normalised,
+    validated, transformed and checked for duplicates of stored records, in order.
+    Nothing is stored and no event is written (an operator may also try other steps:
+    `POST /admin/v1/clients/{client_id}/datasets/{dataset_id}/transforms/preview`)."""
+    with runtime.db.read_session() as session:
+        datasets.usable_client(session, caller, query.client_id)
+    result = transform_service.preview(
+        runtime.db, client_id=query.client_id, dataset_id=dataset_id, records=body.records
+    )
+    return json_response(result)
 
 
 # --- operator: the registry -------------------------------------------------------------------

@@ -418,6 +418,15 @@ class PreviewRequest(Input):
     )
 
 
+class PreviewRecords(Input):
+    records: list[Any] = Field(
+        min_length=1,
+        max_length=100,
+        description="1 to 100 records, as a push would send them.",
+        examples=[[{"order_id": "A-1", "amount": 12.5, "customer": {"email": "Ann@x.io"}}]],
+    )
+
+
 PREVIEW_STORED: dict[str, Any] = {
     "outcome": "stored",
     "output": {"order_id": "A-1", "amount": 12.5, "customer": {"email": "9f86d0...e5c1"}},

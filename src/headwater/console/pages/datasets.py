@@ -1,5 +1,5 @@
 """A company's datasets: each with its current schema, its versions and a diff between
-two of them, and its records."""
+two of them, its transform steps with a preview, and its records."""
 
 from __future__ import annotations
 
@@ -8,10 +8,18 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from headwater.console.deps import ConsoleRoute, Signed, needs, page, pages, pretty
-from headwater.console.diff import json_diff
-from headwater.ingestion import datasets, records
-from headwater.ingestion.schemas import DatasetQuery, RecordQuery
+from headwater.console.deps import Changing, ConsoleRoute, Form, Signed, needs, page, pages, pretty
+from headwater.console.diff import Line, json_diff
+from headwater.console.sessions import SignedIn
+from headwater.ingestion import datasets, records, transform_service
+from headwater.ingestion.schemas import (
+    DatasetQuery,
+    DatasetRead,
+    PreviewRecords,
+    PreviewResult,
+    RecordQuery,
+    TransformsRead,
+)
 from headwater.web.deps import RuntimeDep
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
@@ -52,16 +60,72 @@ def dataset_page(
         old = old or max(1, new - 1)
         a = datasets.version(session, client_id=client_id, dataset_id=dataset_id, number=old)
         b = datasets.version(session, client_id=client_id, dataset_id=dataset_id, number=new)
+        steps = transform_service.current(session, client_id=client_id, dataset_id=dataset_id)
+    return _dataset(
+        request, who, dataset, steps, old=old, new=new, diff=json_diff(a.schema_, b.schema_)
+    )
+
+
+def _dataset(
+    request: Request,
+    who: SignedIn,
+    dataset: DatasetRead,
+    steps: TransformsRead,
+    *,
+    old: int,
+    new: int,
+    diff: list[Line],
+    preview: list[tuple[PreviewResult, str | None]] | None = None,
+    tried: str = "",
+) -> HTMLResponse:
     return page(
         request,
         "dataset.html",
         who,
         d=dataset,
+        transforms=steps,
+        steps=pretty(steps.steps),
+        preview=preview,
+        tried=tried,
         schema=pretty(dataset.schema_),
         options=pretty(dataset.options.model_dump(mode="json")),
         old=old,
         new=new,
-        diff=json_diff(a.schema_, b.schema_) if old != new else None,
+        diff=diff if old != new else None,
+    )
+
+
+@router.post("/datasets/{client_id}/{dataset_id}/preview")
+def preview(
+    request: Request,
+    client_id: ClientId,
+    dataset_id: DatasetId,
+    runtime: RuntimeDep,
+    who: Changing,
+    fields: Form,
+) -> HTMLResponse:
+    """Records typed in, through the current steps, as the API's preview (nothing stored)."""
+    needs(who, "data:read")
+    body = PreviewRecords.model_validate({"records": fields.json("records")})
+    with runtime.db.read_session() as session:
+        datasets.usable_client(session, who.principal, client_id)
+        dataset = datasets.get(session, client_id=client_id, dataset_id=dataset_id)
+        steps = transform_service.current(session, client_id=client_id, dataset_id=dataset_id)
+    result = transform_service.preview(
+        runtime.db, client_id=client_id, dataset_id=dataset_id, records=body.records
+    )
+    shown = [(r, None if r.output is None else pretty(r.output)) for r in result.results]
+    version = dataset.schema_version
+    return _dataset(
+        request,
+        who,
+        dataset,
+        steps,
+        old=version,
+        new=version,
+        diff=[],
+        preview=shown,
+        tried=fields.get("records"),
     )
 
 
