@@ -343,8 +343,10 @@ def demo(
     data_dir = Path(settings.data_dir).resolve()
     sftp_key = demo_data.sftp_key(data_dir)
     receiver_url, received = demo_data.start_receiver(data_dir)
-    with _database().unit_of_work() as session:
+    database = _database()
+    with database.unit_of_work() as session:
         data = demo_data.seed(session, sftp_public_key=sftp_key.public)
+    demo_data.traffic(database, settings)
     data = data.with_sftp(port=settings.sftp_port, key_file=sftp_key.path).with_smtp(
         port=settings.smtp_port, domain=settings.inbound_email_domain
     )

@@ -1,6 +1,7 @@
-"""Demo data for `headwater demo`: a company, an ingestion client, two credentials, and
-workflow configuration imported from demo_workflows.yaml; and a webhook receiver on
-loopback, so that webhooks can be tried without a server of one's own."""
+"""Demo data for `headwater demo`: a company, an ingestion client, two credentials,
+workflow configuration imported from demo_workflows.yaml, and some traffic for the
+console to show; and a webhook receiver on loopback, so that webhooks can be tried
+without a server of one's own."""
 
 # ruff: noqa: E501 - the printed curl lines are meant to be copied whole
 
@@ -18,14 +19,17 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from headwater.config import Settings
+from headwater.db import Database
 from headwater.identity import service as identity
 from headwater.identity.models import Company, IngestionClient
 from headwater.identity.secrets import new_secret
 from headwater.identity.tokens import COMPANY_SCOPES
 from headwater.inbox import service as inboxes
 from headwater.ingestion import datasets
-from headwater.ingestion.models import Dataset
+from headwater.ingestion.models import Dataset, Transaction
 from headwater.ingestion.schemas import DatasetOptions
+from headwater.ingestion.service import Limits, push
 from headwater.kit.actor import Actor
 from headwater.sftp import service as sftp
 from headwater.workflows import importer
@@ -145,6 +149,23 @@ def seed(session: Session, *, sftp_public_key: str | None = None) -> DemoData:
             options=DatasetOptions(coerce_types=True),
             max_schema_bytes=len(orjson.dumps(DEMO_SCHEMA)),
         )
+    if (
+        session.scalar(
+            select(Dataset.id)
+            .where(Dataset.client_id == DEMO_CLIENT, Dataset.dataset_id == TRAFFIC_DATASET)
+            .limit(1)
+        )
+        is None
+    ):
+        datasets.register(
+            session,
+            author_id=operator.author_id,
+            client_id=DEMO_CLIENT,
+            dataset_id=TRAFFIC_DATASET,
+            schema=TRAFFIC_SCHEMA,
+            options=DatasetOptions(),
+            max_schema_bytes=len(orjson.dumps(TRAFFIC_SCHEMA)),
+        )
     inbox = inboxes.ensure_inbox(
         session, client_id=DEMO_CLIENT, dataset_id=DEMO_DATASET, allowed_senders=[DEMO_SENDER]
     )
@@ -161,6 +182,48 @@ def seed(session: Session, *, sftp_public_key: str | None = None) -> DemoData:
         operator_secret=operator_secret,
         inbox_local_part=inbox.local_part,
     )
+
+
+TRAFFIC_DATASET = "shipments"
+TRAFFIC_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-06/schema#",
+    "type": "object",
+    "properties": {
+        "shipment_id": {"type": "string", "minLength": 1},
+        "carrier": {"enum": ["dhl", "ups", "postnl"]},
+        "weight_kg": {"type": "number", "minimum": 0},
+    },
+    "required": ["shipment_id", "carrier", "weight_kg"],
+}
+TRAFFIC_PUSHES = 36
+
+
+def traffic(db: Database, settings: Settings) -> int:
+    """On a first start, pushes to the demo's `shipments` dataset, one in six of them
+    rejected, so that the console's overview and lists show something before the tour
+    (the tour's `orders` are left alone). Through the push service, as the API pushes;
+    how many pushes it made (0 once there are some)."""
+    with db.read_session() as session:
+        caller = identity.active_principal(session, DEMO_CREDENTIAL)
+        dataset = datasets.find(session, client_id=DEMO_CLIENT, dataset_id=TRAFFIC_DATASET)
+        pushed = session.scalar(
+            select(Transaction.id).where(Transaction.dataset_pk == dataset.id).limit(1)
+        )
+    if caller is None or pushed is not None:
+        return 0
+    carriers = ["dhl", "ups", "postnl"]
+    for n in range(TRAFFIC_PUSHES):
+        records: list[dict[str, Any]] = [
+            {"shipment_id": f"S-{n}-{i}", "carrier": carriers[(n + i) % 3], "weight_kg": 1 + i}
+            for i in range(1 + n % 5)
+        ]
+        if n % 6 == 5:
+            records.append({"shipment_id": f"S-{n}-x", "carrier": "pigeon", "weight_kg": -1})
+        body = orjson.dumps(
+            {"client_id": DEMO_CLIENT, "dataset_id": TRAFFIC_DATASET, "data": records}
+        )
+        push(db, caller, body=body, idempotency_key=None, limits=Limits.of(settings))
+    return TRAFFIC_PUSHES
 
 
 class _Receiver(BaseHTTPRequestHandler):

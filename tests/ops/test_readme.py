@@ -289,3 +289,7 @@ def test_the_demo_prints_the_console_and_its_credentials_sign_in(
             )
             assert signed.status_code == 200, signed.text
             assert f"<h1>{page}</h1>" in signed.text
+            if kind == "Company":  # the demo's traffic: the overview has something to show
+                figures = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]+)</dd>", signed.text))
+                assert int(figures["Transactions, 24 h"]) >= 36, figures
+                assert figures["Rejection rate, 24 h"] != "no records"

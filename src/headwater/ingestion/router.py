@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from datetime import timedelta
 from typing import Annotated, Any, Protocol
 
 import orjson
@@ -156,16 +155,11 @@ async def push_json(caller: DataWrite, request: Request) -> Response:
     body = await json_body(request)
     key = idempotency_key(request)
     runtime: IngestionServices = request.app.state.runtime
-    settings = runtime.settings
     pushed = await runtime.pushes.push(
         caller,
         body=body,
         idempotency_key=key,
-        limits=service.Limits(
-            max_records=settings.max_batch_records,
-            max_depth=settings.max_json_depth,
-            idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
-        ),
+        limits=service.Limits.of(runtime.settings),
     )
     return push_response(pushed)
 

@@ -18,6 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from headwater.config import Settings
 from headwater.db import Database, dialect_insert
 from headwater.errors import DomainError, MalformedJSON, is_unreachable
 from headwater.identity.tokens import Principal
@@ -51,6 +52,15 @@ class Limits:
     max_records: int
     max_depth: int
     idempotency_ttl: timedelta
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        """The installation's limits of a push."""
+        return cls(
+            max_records=settings.max_batch_records,
+            max_depth=settings.max_json_depth,
+            idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_seconds),
+        )
 
 
 @dataclass(frozen=True, slots=True)
