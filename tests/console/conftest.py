@@ -21,8 +21,8 @@ CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 class Browser:
     """One browser: its own cookie jar on the app the session's test client started."""
 
-    def __init__(self, client: TestClient) -> None:
-        self.http = TestClient(client.app, base_url="http://testserver")
+    def __init__(self, client: TestClient, base_url: str = "http://testserver") -> None:
+        self.http = TestClient(client.app, base_url=base_url)
 
     def get(self, path: str, **params: Any) -> httpx.Response:
         # no `params` unless given: an empty one would drop the path's own query

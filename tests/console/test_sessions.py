@@ -140,3 +140,17 @@ def test_a_page_beyond_the_credentials_scopes_is_refused(
     response = browser.get("/console/transactions")
     assert response.status_code == 403
     assert "data:read" in response.text
+
+
+def test_the_cookie_is_secure_where_the_console_is_served_over_https(
+    make_client: Any, credential: dict[str, Any]
+) -> None:
+    behind_tls = make_client(public_url="https://console.example.com")
+    browser = Browser(behind_tls, base_url="https://console.example.com")
+    response = browser.sign_in(credential)
+    assert response.status_code == 303, response.text
+    cookie = next(
+        c for c in response.headers.get_list("set-cookie") if c.startswith("headwater_console=")
+    )
+    assert "; secure" in cookie.lower()
+    assert browser.get("/console/transactions").status_code == 200

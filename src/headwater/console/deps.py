@@ -82,7 +82,10 @@ class CsrfRefused(DomainError):
 
 
 def secure(request: Request) -> bool:
-    return request.url.scheme == "https"
+    """Whether the console is served over https: the request says so, or the public URL
+    does (behind a load balancer that ends TLS, the request itself is http)."""
+    public: str = request.app.state.runtime.settings.public_url
+    return request.url.scheme == "https" or public.startswith("https://")
 
 
 def viewer(request: Request, runtime: RuntimeDep) -> SignedIn:
