@@ -24,7 +24,7 @@ from headwater.errors import DomainError, InsufficientScope, RateLimited
 from headwater.files.stores import Store
 from headwater.identity.tokens import TokenVerifier
 from headwater.kit import strictjson
-from headwater.web.deps import RuntimeDep, Services
+from headwater.web.deps import RuntimeDep, Services, check_request_text
 from headwater.webhooks.crypto import SecretBox
 
 HERE = Path(__file__).parent
@@ -138,9 +138,14 @@ class Fields:
     def json(self, name: str) -> Any:
         """A JSON field (a schema, steps, records), read as the API reads a body."""
         try:
-            return strictjson.loads(self.get(name).encode())
+            value = strictjson.loads(self.get(name).encode())
         except ValueError as error:
             raise BadForm(f"{name}: not JSON: {error}") from None
+        found = next(strictjson.nul_paths(value), None)
+        if found is not None:
+            where = strictjson.pointer(found[0]).replace("\x00", "\\u0000") or "/"
+            raise BadForm(f"{name}: the member at {where} holds a NUL (U+0000) character.")
+        return value
 
     def utc(self, name: str) -> str | None:
         """A `datetime-local` field, read as UTC (the page says so); None if empty."""
@@ -157,7 +162,12 @@ async def form(request: Request) -> Fields:
         posted = await request.form()
     except Exception as error:  # python-multipart's refusals have no common base
         raise BadForm(f"The form could not be read: {error}") from None
-    return Fields([(k, v) for k, v in posted.multi_items() if isinstance(v, str)])
+    items = [(k, v) for k, v in posted.multi_items() if isinstance(v, str)]
+    for name, value in items:
+        if "\x00" in name or "\x00" in value:
+            shown = name.replace("\x00", "\\u0000")
+            raise BadForm(f"The field {shown!r} holds a NUL (U+0000) character.")
+    return Fields(items)
 
 
 Form = Annotated[Fields, Depends(form)]
@@ -255,6 +265,7 @@ class ConsoleRoute(APIRoute):
 
         async def route(request: Request) -> Response:
             try:
+                check_request_text(request, known_query=None)  # no NUL in path or query
                 return await handle(request)
             except SignInNeeded:
                 back = request.url.path if request.method == "GET" else "/console"
