@@ -84,6 +84,7 @@ OPERATOR_ROUTES = {
     ("GET", "/console/companies/{company_id}"),
     ("POST", "/console/companies/{company_id}/revoke"),
     ("POST", "/console/companies/{company_id}/clients"),
+    ("POST", "/console/companies/{company_id}/clients/{client_id}/revoke"),
     ("POST", "/console/companies/{company_id}/credentials"),
     ("POST", "/console/companies/{company_id}/sftp_accounts"),
     ("POST", "/console/credentials/{client_id}/revoke"),

@@ -52,6 +52,11 @@ def test_an_operator_makes_a_company_with_a_client_and_a_credential_that_signs_i
     assert revoked.status_code == 303
     assert revoked.headers["location"] == f"/console/companies/{company}"
     assert user.get("/console/transactions").status_code == 303  # signed out at once
+    gone = browser.post(f"/console/companies/{company}/clients/console-crm/revoke", {})
+    assert gone.status_code == 303
+    assert "revoked" in browser.get(f"/console/companies/{company}").text
+    again = browser.post(f"/console/companies/{company}/clients/console-crm/revoke", {})
+    assert again.status_code < 500
     token = client.post(
         "/oauth/token",
         data={

@@ -141,6 +141,17 @@ def create_client(
     return redirect(f"/console/companies/{company_id}")
 
 
+@router.post("/companies/{company_id}/clients/{client_id}/revoke")
+def revoke_client(
+    company_id: CompanyId, client_id: ClientId, runtime: ConsoleRuntime, who: Changing
+) -> Response:
+    """As the API's: the client takes no more data, and its id is never reused."""
+    _operator(who)
+    with runtime.db.unit_of_work() as session:
+        identity.revoke_client(session, company_id=company_id, client_id=client_id)
+    return redirect(f"/console/companies/{company_id}")
+
+
 @router.post("/companies/{company_id}/credentials")
 def create_credential(
     request: Request, company_id: CompanyId, runtime: ConsoleRuntime, who: Changing, fields: Form
