@@ -10,10 +10,21 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from tests.factories import OPERATOR_ID, OPERATOR_SECRET, create_company
-from tests.files.conftest import FileTenant
-from tests.subjects.conftest import SubjectTenant
-from tests.webhooks.conftest import HookTenant
+from tests.factories import OPERATOR_ID, OPERATOR_SECRET
+
+# the tenants of the domains whose pages these tests read, as their own tests make them
+from tests.files.conftest import file_tenant, other_file_tenant, quarantine_tenant
+from tests.subjects.conftest import subject_tenant
+from tests.webhooks.conftest import hooks, other_hooks
+
+__all__ = [
+    "file_tenant",
+    "hooks",
+    "other_file_tenant",
+    "other_hooks",
+    "quarantine_tenant",
+    "subject_tenant",
+]
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -71,34 +82,3 @@ OPERATOR = {"client_id": OPERATOR_ID, "client_secret": OPERATOR_SECRET}
 @pytest.fixture
 def browser(client: TestClient) -> Browser:
     return Browser(client)
-
-
-@pytest.fixture
-def file_tenant(client: TestClient, admin: dict[str, str], company: str) -> FileTenant:
-    return FileTenant(client, admin, company)
-
-
-@pytest.fixture
-def quarantine_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
-    company = create_company(client, admin, "Quarantine Co")
-    return FileTenant(client, admin, company, invalid_rows="quarantine")
-
-
-@pytest.fixture
-def other_file_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
-    return FileTenant(client, admin, create_company(client, admin, "Other Co"))
-
-
-@pytest.fixture
-def hooks(client: TestClient, admin: dict[str, str], company: str) -> HookTenant:
-    return HookTenant(client, admin, company)
-
-
-@pytest.fixture
-def other_hooks(client: TestClient, admin: dict[str, str]) -> HookTenant:
-    return HookTenant(client, admin, create_company(client, admin, "Other hooks"))
-
-
-@pytest.fixture
-def subject_tenant(client: TestClient, admin: dict[str, str], company: str) -> SubjectTenant:
-    return SubjectTenant(client, admin, company)

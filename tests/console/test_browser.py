@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser import launch
 from tests.factories import (
     OPERATOR_ID,
     OPERATOR_SECRET,
@@ -35,14 +35,6 @@ pytestmark = pytest.mark.http
 ROOT = Path(__file__).resolve().parents[2]
 ARTEFACTS = ROOT / "test-artefacts" / "console"
 AXE = Path(__file__).parent / "browser" / "node_modules" / "axe-core" / "axe.min.js"
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 CSV = "order_id,amount,quantity\nA-1,1,1\nA-2,x,2\nA-3,3,3\n"
 EVERY_COMPANY_SCOPE = [
     "data:read",
@@ -151,12 +143,9 @@ def _wait_final(http: httpx.Client, headers: dict[str, str], transaction_id: str
 def chromium() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
-    assert shutil.which(CHROMIUM) or Path(CHROMIUM).exists(), (
-        "Chromium is missing: scripts/test installs it (apt-get install -y chromium)"
-    )
     assert AXE.exists(), "axe-core is missing: scripts/test installs it (npm ci)"
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = launch(playwright)
         yield browser
         browser.close()
 

@@ -3,7 +3,6 @@ against a real `headwater serve`, with no network beyond loopback (contract sect
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.browser import launch
 from tests.factories import (
     OPERATOR_ID,
     OPERATOR_SECRET,
@@ -23,15 +23,6 @@ from tests.factories import (
 from tests.http_server import ServerProcess
 
 pytestmark = pytest.mark.http
-
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +58,6 @@ def pusher(docs_server: str) -> dict[str, str]:
         return create_credential(client, admin, company, scopes=["data:write", "data:read"])
 
 
-def _browser(playwright: Any) -> Any:
-    assert shutil.which(CHROMIUM) or Path(CHROMIUM).exists(), (
-        "Chromium is missing: scripts/test installs it (apt-get install -y chromium)"
-    )
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-
-
 def _try(page: Any, operation_id: str) -> tuple[str, str]:
     """ "Try it out" on an operation, as its example stands: the status and the body."""
     operation = page.locator(f"[id^='operations-'][id$='-{operation_id}']")
@@ -94,7 +78,7 @@ def test_authorize_with_client_credentials_then_try_whoami_and_a_push(
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = _browser(playwright)
+        browser = launch(playwright)
         page = browser.new_page()
         page.goto(docs_server + "/docs")
         page.wait_for_selector(".opblock-tag", timeout=30_000)
@@ -123,7 +107,7 @@ def test_a_token_pasted_as_bearer_authorises_try_it_out(
     with httpx.Client(base_url=docs_server, timeout=30) as client:
         token = get_token(client, pusher["client_id"], pusher["client_secret"])
     with sync_playwright() as playwright:
-        browser = _browser(playwright)
+        browser = launch(playwright)
         page = browser.new_page()
         page.goto(docs_server + "/docs")
         page.wait_for_selector(".opblock-tag", timeout=30_000)
@@ -149,7 +133,7 @@ def test_the_docs_page_renders_every_tag_and_an_operations_body_schema(
 
     outside: list[str] = []
     with sync_playwright() as playwright:
-        browser = _browser(playwright)
+        browser = launch(playwright)
         page = browser.new_page()
         page.on(
             "request",

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import uuid
 from collections.abc import Callable, Coroutine
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import Annotated, Any, Protocol
 from urllib.parse import quote
 
 import orjson
-from fastapi import Depends, Request, Response
+from fastapi import Depends, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
@@ -23,11 +24,12 @@ from headwater.console.sessions import SignedIn
 from headwater.errors import DomainError, InsufficientScope, RateLimited
 from headwater.files.stores import Store
 from headwater.identity.tokens import TokenVerifier
+from headwater.ingestion.schemas import ID_PATTERN
 from headwater.kit import strictjson
 from headwater.web.deps import RuntimeDep, Services, check_request_text
 from headwater.webhooks.crypto import SecretBox
 
-HERE = Path(__file__).parent
+HERE = FilePath(__file__).parent
 COOKIE = "headwater_console"
 # the sign-in form's own CSRF token (double submit): there is no session to hold it yet
 SIGN_IN_COOKIE = "headwater_sign_in"
@@ -47,6 +49,12 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+
+
+# A page's path parameters: an object's uuid, or a name (a client, dataset or credential
+# id, an SFTP username) of the shape the API accepts; anything else answers 400.
+IdPath = Annotated[uuid.UUID, Path()]
+NamePath = Annotated[str, Path(pattern=ID_PATTERN)]
 
 
 class ConsoleServices(Services, Protocol):

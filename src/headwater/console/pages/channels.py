@@ -3,10 +3,7 @@ generated password shown once) and email inboxes of a dataset."""
 
 from __future__ import annotations
 
-import uuid
-from typing import Annotated
-
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from headwater.console.deps import (
@@ -14,6 +11,8 @@ from headwater.console.deps import (
     ConsoleRoute,
     ConsoleRuntime,
     Form,
+    IdPath,
+    NamePath,
     needs,
     page,
     redirect,
@@ -25,16 +24,10 @@ from headwater.sftp.schemas import AccountCreate
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
-CompanyId = Annotated[uuid.UUID, Path()]
-ClientId = Annotated[str, Path(max_length=64)]
-DatasetId = Annotated[str, Path(max_length=64)]
-Username = Annotated[str, Path(max_length=64)]
-InboxId = Annotated[uuid.UUID, Path()]
-
 
 @router.post("/companies/{company_id}/sftp_accounts")
 def create_account(
-    request: Request, company_id: CompanyId, runtime: ConsoleRuntime, who: Changing, fields: Form
+    request: Request, company_id: IdPath, runtime: ConsoleRuntime, who: Changing, fields: Form
 ) -> HTMLResponse:
     """The new account, with its generated password (if asked for) shown this once."""
     needs(who, "admin")
@@ -52,7 +45,7 @@ def create_account(
 
 
 @router.post("/sftp_accounts/{username}/delete")
-def delete_account(username: Username, runtime: ConsoleRuntime, who: Changing) -> Response:
+def delete_account(username: NamePath, runtime: ConsoleRuntime, who: Changing) -> Response:
     needs(who, "admin")
     with runtime.db.unit_of_work() as session:
         company_id = sftp.get_account(session, username).company_id
@@ -62,7 +55,7 @@ def delete_account(username: Username, runtime: ConsoleRuntime, who: Changing) -
 
 @router.post("/clients/{client_id}/datasets/{dataset_id}/inboxes")
 def create_inbox(
-    client_id: ClientId, dataset_id: DatasetId, runtime: ConsoleRuntime, who: Changing, fields: Form
+    client_id: NamePath, dataset_id: NamePath, runtime: ConsoleRuntime, who: Changing, fields: Form
 ) -> Response:
     needs(who, "admin")
     senders = [s.strip() for s in fields.get("allowed_senders").splitlines() if s.strip()]
@@ -78,7 +71,7 @@ def create_inbox(
 
 
 @router.post("/inboxes/{inbox_id}/delete")
-def delete_inbox(inbox_id: InboxId, runtime: ConsoleRuntime, who: Changing) -> Response:
+def delete_inbox(inbox_id: IdPath, runtime: ConsoleRuntime, who: Changing) -> Response:
     needs(who, "admin")
     with runtime.db.unit_of_work() as session:
         inbox = inboxes.get_inbox(session, inbox_id)

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from headwater.console.deps import Changing, ConsoleRoute, Form, Signed, needs, page, pages, pretty
+from headwater.console.deps import (
+    Changing,
+    ConsoleRoute,
+    Form,
+    NamePath,
+    Signed,
+    needs,
+    page,
+    pages,
+    pretty,
+)
 from headwater.console.diff import Line, json_diff
 from headwater.console.sessions import SignedIn
 from headwater.ingestion import datasets, records, transform_service
@@ -24,8 +34,6 @@ from headwater.web.deps import RuntimeDep
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
-ClientId = Annotated[str, Path(max_length=64)]
-DatasetId = Annotated[str, Path(max_length=64)]
 Version = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
 
@@ -43,8 +51,8 @@ def dataset_list(request: Request, runtime: RuntimeDep, who: Signed) -> HTMLResp
 @router.get("/datasets/{client_id}/{dataset_id}")
 def dataset_page(
     request: Request,
-    client_id: ClientId,
-    dataset_id: DatasetId,
+    client_id: NamePath,
+    dataset_id: NamePath,
     runtime: RuntimeDep,
     who: Signed,
     old: Version = None,
@@ -98,8 +106,8 @@ def _dataset(
 @router.post("/datasets/{client_id}/{dataset_id}/preview")
 def preview(
     request: Request,
-    client_id: ClientId,
-    dataset_id: DatasetId,
+    client_id: NamePath,
+    dataset_id: NamePath,
     runtime: RuntimeDep,
     who: Changing,
     fields: Form,
@@ -131,7 +139,7 @@ def preview(
 
 @router.get("/datasets/{client_id}/{dataset_id}/records")
 def record_list(
-    request: Request, client_id: ClientId, dataset_id: DatasetId, runtime: RuntimeDep, who: Signed
+    request: Request, client_id: NamePath, dataset_id: NamePath, runtime: RuntimeDep, who: Signed
 ) -> HTMLResponse:
     needs(who, "data:read")
     asked = {k: v for k, v in request.query_params.items() if v != ""}

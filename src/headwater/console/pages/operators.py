@@ -5,9 +5,8 @@ dataset, add a schema version, set and preview transform steps, its inboxes."""
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from headwater.console.deps import (
@@ -17,6 +16,8 @@ from headwater.console.deps import (
     ConsoleRuntime,
     Fields,
     Form,
+    IdPath,
+    NamePath,
     Signed,
     needs,
     page,
@@ -43,9 +44,6 @@ from headwater.sftp import service as sftp
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
-CompanyId = Annotated[uuid.UUID, Path()]
-ClientId = Annotated[str, Path(max_length=64)]
-DatasetId = Annotated[str, Path(max_length=64)]
 ADMIN = "admin"
 LISTED = PageQuery(page_size=100)
 
@@ -77,7 +75,7 @@ def create_company(runtime: ConsoleRuntime, who: Changing, fields: Form) -> Resp
 
 @router.get("/companies/{company_id}")
 def company_page(
-    request: Request, company_id: CompanyId, runtime: ConsoleRuntime, who: Signed
+    request: Request, company_id: IdPath, runtime: ConsoleRuntime, who: Signed
 ) -> HTMLResponse:
     _operator(who)
     return _company(request, runtime, who, company_id)
@@ -116,7 +114,7 @@ def _company(
 
 
 @router.post("/companies/{company_id}/revoke")
-def revoke_company(company_id: CompanyId, runtime: ConsoleRuntime, who: Changing) -> Response:
+def revoke_company(company_id: IdPath, runtime: ConsoleRuntime, who: Changing) -> Response:
     """As the API's: no new token, and its sessions and tokens end at once here (within
     10 s on the other instances)."""
     _operator(who)
@@ -128,7 +126,7 @@ def revoke_company(company_id: CompanyId, runtime: ConsoleRuntime, who: Changing
 
 @router.post("/companies/{company_id}/clients")
 def create_client(
-    company_id: CompanyId, runtime: ConsoleRuntime, who: Changing, fields: Form
+    company_id: IdPath, runtime: ConsoleRuntime, who: Changing, fields: Form
 ) -> Response:
     _operator(who)
     body = ClientCreate.model_validate(
@@ -143,7 +141,7 @@ def create_client(
 
 @router.post("/companies/{company_id}/clients/{client_id}/revoke")
 def revoke_client(
-    company_id: CompanyId, client_id: ClientId, runtime: ConsoleRuntime, who: Changing
+    company_id: IdPath, client_id: NamePath, runtime: ConsoleRuntime, who: Changing
 ) -> Response:
     """As the API's: the client takes no more data, and its id is never reused."""
     _operator(who)
@@ -154,7 +152,7 @@ def revoke_client(
 
 @router.post("/companies/{company_id}/credentials")
 def create_credential(
-    request: Request, company_id: CompanyId, runtime: ConsoleRuntime, who: Changing, fields: Form
+    request: Request, company_id: IdPath, runtime: ConsoleRuntime, who: Changing, fields: Form
 ) -> HTMLResponse:
     """The company's page again, with the new secret: the one time it is shown."""
     _operator(who)
@@ -178,7 +176,7 @@ def create_credential(
 
 @router.post("/credentials/{client_id}/revoke")
 def revoke_credential(
-    client_id: ClientId, runtime: ConsoleRuntime, who: Changing, fields: Form
+    client_id: NamePath, runtime: ConsoleRuntime, who: Changing, fields: Form
 ) -> Response:
     _operator(who)
     with runtime.db.unit_of_work() as session:
@@ -193,7 +191,7 @@ def revoke_credential(
 
 @router.get("/clients/{client_id}")
 def client_page(
-    request: Request, client_id: ClientId, runtime: ConsoleRuntime, who: Signed
+    request: Request, client_id: NamePath, runtime: ConsoleRuntime, who: Signed
 ) -> HTMLResponse:
     _operator(who)
     with runtime.db.read_session() as session:
@@ -204,7 +202,7 @@ def client_page(
 
 @router.post("/clients/{client_id}/datasets")
 def register_dataset(
-    client_id: ClientId, runtime: ConsoleRuntime, who: Changing, fields: Form
+    client_id: NamePath, runtime: ConsoleRuntime, who: Changing, fields: Form
 ) -> Response:
     _operator(who)
     body = DatasetCreate.model_validate(
@@ -233,8 +231,8 @@ def register_dataset(
 @router.get("/clients/{client_id}/datasets/{dataset_id}")
 def registry_page(
     request: Request,
-    client_id: ClientId,
-    dataset_id: DatasetId,
+    client_id: NamePath,
+    dataset_id: NamePath,
     runtime: ConsoleRuntime,
     who: Signed,
 ) -> HTMLResponse:
@@ -275,7 +273,7 @@ def _registry(
 
 @router.post("/clients/{client_id}/datasets/{dataset_id}/schema")
 def add_version(
-    client_id: ClientId, dataset_id: DatasetId, runtime: ConsoleRuntime, who: Changing, fields: Form
+    client_id: NamePath, dataset_id: NamePath, runtime: ConsoleRuntime, who: Changing, fields: Form
 ) -> Response:
     _operator(who)
     schema = fields.json("schema")
@@ -295,7 +293,7 @@ def add_version(
 
 @router.post("/clients/{client_id}/datasets/{dataset_id}/transforms")
 def set_transforms(
-    client_id: ClientId, dataset_id: DatasetId, runtime: ConsoleRuntime, who: Changing, fields: Form
+    client_id: NamePath, dataset_id: NamePath, runtime: ConsoleRuntime, who: Changing, fields: Form
 ) -> Response:
     _operator(who)
     body = TransformsUpdate.model_validate({"steps": fields.json("steps")})
@@ -313,8 +311,8 @@ def set_transforms(
 @router.post("/clients/{client_id}/datasets/{dataset_id}/preview")
 def preview_transforms(
     request: Request,
-    client_id: ClientId,
-    dataset_id: DatasetId,
+    client_id: NamePath,
+    dataset_id: NamePath,
     runtime: ConsoleRuntime,
     who: Changing,
     fields: Form,

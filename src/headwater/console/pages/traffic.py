@@ -3,11 +3,10 @@ errors and quarantined rows, which can be corrected and resubmitted."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from headwater.console import charts
@@ -17,6 +16,7 @@ from headwater.console.deps import (
     ConsoleRoute,
     Fields,
     Form,
+    IdPath,
     Signed,
     needs,
     page,
@@ -34,7 +34,6 @@ from headwater.webhooks import service as webhooks
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
-TransactionId = Annotated[uuid.UUID, Path()]
 STATUSES = ("awaiting_upload", "processing", "completed", "rejected", "failed", "expired")
 CHANNELS = ("api", "upload", "sftp", "email")
 
@@ -123,7 +122,7 @@ def transaction_list(request: Request, runtime: RuntimeDep, who: Signed) -> HTML
 
 @router.get("/transactions/{transaction_id}")
 def transaction_page(
-    request: Request, transaction_id: TransactionId, runtime: RuntimeDep, who: Signed
+    request: Request, transaction_id: IdPath, runtime: RuntimeDep, who: Signed
 ) -> HTMLResponse:
     needs(who, "data:read")
     with runtime.db.read_session() as session:
@@ -147,9 +146,7 @@ def transaction_page(
 
 
 @router.post("/transactions/{transaction_id}/resubmit")
-def resubmit(
-    transaction_id: TransactionId, runtime: RuntimeDep, who: Changing, fields: Form
-) -> Response:
+def resubmit(transaction_id: IdPath, runtime: RuntimeDep, who: Changing, fields: Form) -> Response:
     """A quarantined row corrected in the page, or every open row as it stands."""
     needs(who, "data:write")
     corrections = None

@@ -3,10 +3,7 @@ with every attempt, a test event, and a replay of a time window."""
 
 from __future__ import annotations
 
-import uuid
-from typing import Annotated
-
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from headwater.console.deps import (
@@ -14,6 +11,7 @@ from headwater.console.deps import (
     ConsoleRoute,
     ConsoleRuntime,
     Form,
+    IdPath,
     Signed,
     needs,
     page,
@@ -28,7 +26,6 @@ from headwater.webhooks.schemas import DeliveryQuery, EndpointCreate, ReplayIn
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
-EndpointId = Annotated[uuid.UUID, Path()]
 SCOPE = "webhooks:manage"
 
 
@@ -78,7 +75,7 @@ def create_endpoint(
 
 @router.get("/webhooks/{endpoint_id}")
 def endpoint_page(
-    request: Request, endpoint_id: EndpointId, runtime: RuntimeDep, who: Signed
+    request: Request, endpoint_id: IdPath, runtime: RuntimeDep, who: Signed
 ) -> HTMLResponse:
     needs(who, SCOPE)
     asked = {
@@ -108,7 +105,7 @@ def endpoint_page(
 
 
 @router.post("/webhooks/{endpoint_id}/test")
-def send_test(endpoint_id: EndpointId, runtime: RuntimeDep, who: Changing) -> Response:
+def send_test(endpoint_id: IdPath, runtime: RuntimeDep, who: Changing) -> Response:
     needs(who, SCOPE)
     with runtime.db.unit_of_work() as session:
         event_id = service.send_test(
@@ -118,7 +115,7 @@ def send_test(endpoint_id: EndpointId, runtime: RuntimeDep, who: Changing) -> Re
 
 
 @router.post("/webhooks/{endpoint_id}/replay")
-def replay(endpoint_id: EndpointId, runtime: RuntimeDep, who: Changing, fields: Form) -> Response:
+def replay(endpoint_id: IdPath, runtime: RuntimeDep, who: Changing, fields: Form) -> Response:
     needs(who, SCOPE)
     body = ReplayIn.model_validate(
         {
