@@ -222,3 +222,32 @@ def test_an_operator_adds_sftp_accounts_and_inboxes(
     assert inbox_id
     assert browser.post(f"/console/inboxes/{inbox_id.group(1)}/delete", {}).status_code == 303
     assert "No inbox yet." in browser.get(registry).text
+
+
+def test_changes_made_in_the_console_are_in_the_activity_log_under_its_credential(
+    client: TestClient, browser: Browser, admin: dict[str, str], file_tenant: FileTenant
+) -> None:
+    browser.signed_in(OPERATOR)
+    author = client.get("/platform/v1/whoami", headers=admin).json()["author_id"]
+    base = f"/console/clients/{file_tenant.client_id}/datasets/orders"
+    v2 = SCHEMA | {"properties": SCHEMA["properties"] | {"coupon": {"type": "string"}}}
+    assert browser.post(f"{base}/schema", {"schema": json.dumps(v2)}).status_code == 303
+    steps = [{"op": "drop", "path": "/channel"}]
+    assert browser.post(f"{base}/transforms", {"steps": json.dumps(steps)}).status_code == 303
+    found = client.post(
+        "/app/v1/activities/search",
+        json={
+            "filter": {"author_id": author},
+            "sort_direction": "asc",
+        },
+        headers=file_tenant.headers,
+    )
+    assert found.status_code == 200, found.text
+    # after the registration of the tenant's dataset (the operator's, through the API)
+    entries = found.json()["data"][-3:]
+    assert [(e["resource_type"], e["action"]) for e in entries] == [
+        ("dataset", "update"),
+        ("dataset_schema", "create"),
+        ("dataset_transforms", "create"),
+    ]
+    assert entries[1]["after"]["schema"] == v2

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from headwater.activity import service as activity
-from headwater.activity.schemas import Action, ActivitySearch, ResourceType
+from headwater.activity.schemas import Action, ActivitySearch, ResourceType, SortField
 from headwater.console.deps import BadForm, ConsoleRoute, Signed, needs, page, pages, pretty
 from headwater.web.deps import RuntimeDep
 
@@ -73,5 +73,6 @@ def activity_page(request: Request, runtime: RuntimeDep, who: Signed) -> HTMLRes
         asked=asked,
         resource_types=get_args(ResourceType),
         actions=get_args(Action),
+        sort_fields=get_args(SortField),
         pages=pages(request, query, found["total_entries"]),
     )

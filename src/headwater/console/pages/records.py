@@ -4,6 +4,7 @@ data subjects (create, list)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import get_args
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
@@ -20,13 +21,13 @@ from headwater.console.deps import (
     redirect,
 )
 from headwater.exports import service as exports
-from headwater.exports.schemas import ExportCreate, ExportQuery
+from headwater.exports.schemas import ExportCreate, ExportFormat, ExportQuery
 from headwater.subjects import service as subjects
 from headwater.subjects.schemas import ErasureCreate, ErasureQuery
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
-FORMATS = ("csv", "ndjson", "parquet")
+FORMATS = sorted(get_args(ExportFormat))
 
 
 @router.get("/exports")

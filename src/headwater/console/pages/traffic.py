@@ -4,7 +4,7 @@ errors and quarantined rows, which can be corrected and resubmitted."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, get_args
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
@@ -27,15 +27,15 @@ from headwater.console.deps import (
 from headwater.files import quarantine
 from headwater.files.schemas import QuarantineQuery
 from headwater.ingestion import traffic, transactions
-from headwater.ingestion.schemas import TransactionQuery
+from headwater.ingestion.schemas import Channel, TransactionQuery, TransactionStatus
 from headwater.kit.clock import utcnow
 from headwater.web.deps import RuntimeDep
 from headwater.webhooks import service as webhooks
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
-STATUSES = ("awaiting_upload", "processing", "completed", "rejected", "failed", "expired")
-CHANNELS = ("api", "upload", "sftp", "email")
+STATUSES = get_args(TransactionStatus)
+CHANNELS = get_args(Channel)
 
 
 @router.get("")

@@ -3,6 +3,8 @@ with every attempt, a test event, and a replay of a time window."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
@@ -22,7 +24,7 @@ from headwater.events.outbox import TYPES
 from headwater.kit.pagination import PageQuery
 from headwater.web.deps import RuntimeDep
 from headwater.webhooks import service
-from headwater.webhooks.schemas import DeliveryQuery, EndpointCreate, ReplayIn
+from headwater.webhooks.schemas import DeliveryQuery, DeliveryStatus, EndpointCreate, ReplayIn
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)
 
@@ -98,6 +100,7 @@ def endpoint_page(
         deliveries=deliveries.data,
         total=deliveries.total_entries,
         asked=asked,
+        delivery_statuses=get_args(DeliveryStatus),
         sent=request.query_params.get("sent"),
         queued=request.query_params.get("queued"),
         pages=pages(request, query, deliveries.total_entries),
