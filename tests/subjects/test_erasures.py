@@ -59,7 +59,9 @@ def test_an_erasure_removes_every_copy_and_counts_them(subject_tenant: SubjectTe
     queued = subject_tenant.erase(ADA)
     assert queued["status"] == "queued" and queued["subject_count"] == 1
     assert queued["suppress"] is False and queued["completed_at"] is None
-    assert run_erasures(subject_tenant.client) == 1
+    # other tests' erasures may wait in the same queue (the console's, the isolation
+    # matrix's): the worker runs them all, this one among them
+    assert run_erasures(subject_tenant.client) >= 1
     done = subject_tenant.erasure(queued["erasure_id"])
 
     assert done["status"] == "completed" and done["completed_at"] is not None
