@@ -141,3 +141,35 @@ def test_every_periodic_job_is_scheduled(client: TestClient) -> None:
     assert {"expire_uploads", "purge_events", "sweep_staged", "send_email_replies"} <= set(jobs)
     shared = [job for job in jobs.values() if not job.everywhere]
     assert all(job.every >= settings.worker_interval_seconds for job in shared)
+
+
+def test_an_idle_tick_reads_once_and_claims_nothing(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between periods a schedule's tick is one read: no claim (a write transaction) is
+    tried for a job whose row says it is not due."""
+    runtime = _runtime(client)
+    names = [f"idle-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+
+    async def nothing(_context: object) -> None:
+        return None
+
+    jobs = [scheduler.Periodic(name, 3600, nothing) for name in names]
+    schedule = scheduler.Schedule(runtime.db, jobs, "idle")
+
+    async def on_thread(call: Any, *args: Any) -> Any:
+        return call(*args)
+
+    first = asyncio.run(schedule.run_due(None, on_thread=on_thread))
+    assert sorted(first) == sorted(names)  # new rows: due, claimed, run
+    assert scheduler.due(runtime.db, names) == set()
+    claims: list[str] = []
+    real = scheduler.claim
+
+    def counting(*args: Any, **kwargs: Any) -> bool:
+        claims.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler, "claim", counting)
+    again = asyncio.run(schedule.run_due(None, on_thread=on_thread))
+    assert again == [] and claims == []
