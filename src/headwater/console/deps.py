@@ -20,6 +20,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from headwater.console import sessions
+from headwater.console.errors import BadForm, CsrfRefused
 from headwater.console.sessions import SignedIn
 from headwater.errors import DomainError, InsufficientScope, RateLimited
 from headwater.files.stores import Store
@@ -75,18 +76,6 @@ ConsoleRuntime = Annotated[ConsoleServices, Depends(get_console_runtime)]
 
 class SignInNeeded(Exception):
     """No live session: the page answers a redirect to the sign-in form."""
-
-
-class BadForm(DomainError):
-    status = 400
-    code = "bad_form"
-    title = "Bad form"
-
-
-class CsrfRefused(DomainError):
-    status = 403
-    code = "csrf_refused"
-    title = "Form refused"
 
 
 def secure(request: Request) -> bool:

@@ -10,7 +10,8 @@ from fastapi.responses import HTMLResponse
 
 from headwater.activity import service as activity
 from headwater.activity.schemas import Action, ActivitySearch, ResourceType, SortField
-from headwater.console.deps import BadForm, ConsoleRoute, Signed, needs, page, pages, pretty
+from headwater.console.deps import ConsoleRoute, Signed, needs, page, pages, pretty
+from headwater.console.errors import BadForm
 from headwater.web.deps import RuntimeDep
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute)

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from headwater.console.deps import (
-    BadForm,
     Changing,
     ConsoleRoute,
     ConsoleRuntime,
@@ -25,6 +24,7 @@ from headwater.console.deps import (
     pretty,
     redirect,
 )
+from headwater.console.errors import BadForm
 from headwater.console.sessions import SignedIn
 from headwater.identity import service as identity
 from headwater.identity.schemas import (

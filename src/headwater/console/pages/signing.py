@@ -12,7 +12,6 @@ from headwater.console.deps import (
     SIGN_IN_COOKIE,
     Changing,
     ConsoleRoute,
-    CsrfRefused,
     Form,
     page,
     redirect,
@@ -20,6 +19,7 @@ from headwater.console.deps import (
     set_cookie,
     sign_in_token,
 )
+from headwater.console.errors import CsrfRefused
 from headwater.identity.errors import OAuthError
 from headwater.web.deps import RuntimeDep
 

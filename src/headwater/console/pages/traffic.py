@@ -11,7 +11,6 @@ from fastapi.responses import HTMLResponse, Response
 
 from headwater.console import charts
 from headwater.console.deps import (
-    BadForm,
     Changing,
     ConsoleRoute,
     Fields,
@@ -24,6 +23,7 @@ from headwater.console.deps import (
     pretty,
     redirect,
 )
+from headwater.console.errors import BadForm
 from headwater.files import quarantine
 from headwater.files.schemas import QuarantineQuery
 from headwater.ingestion import traffic, transactions
