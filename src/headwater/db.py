@@ -461,6 +461,8 @@ def patient(connect: Callable[[], T], timeout: float) -> T:
 
 
 T = TypeVar("T")
+# How often a read that waits for the replica to catch up looks again (`caught_up`)
+REPLICA_LOOK = 0.005
 
 # Reads: every run planned for its values (see make_engine)
 CUSTOM_READS = "-c plan_cache_mode=force_custom_plan"
@@ -610,6 +612,32 @@ class Database:
                 return call(session)
 
         return await anyio.to_thread.run_sync(run)
+
+    @property
+    def has_replica(self) -> bool:
+        return self.replica is not self.reader
+
+    @contextmanager
+    def caught_up(self, head: Callable[[Connection], int], *, wait: float) -> Iterator[Connection]:
+        """A connection for a read that must see everything the database holds of a log
+        whose last position `head` reads (the feeds, after numbering what a reader asked
+        for): on the replica once it has replayed as far as the database is now (asked
+        every `REPLICA_LOOK` seconds for at most `wait`), else on the database. Where no
+        replica is set, the database's at once."""
+        if self.has_replica:
+            with self.reader.connect() as connection:
+                target = head(connection)
+            deadline = time.monotonic() + wait
+            while True:
+                with self.replica.connect() as connection:
+                    if head(connection) >= target:
+                        yield connection
+                        return
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(REPLICA_LOOK)
+        with self.reader.connect() as connection:
+            yield connection
 
     @contextmanager
     def read_connection(self) -> Iterator[Connection]:

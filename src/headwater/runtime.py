@@ -22,6 +22,7 @@ from headwater.identity.tokens import TokenVerifier
 from headwater.ingestion.groups import PushQueue
 from headwater.ingestion.readahead import ReadAhead
 from headwater.kit import memory, sealing
+from headwater.kit.coalesce import Coalescer
 from headwater.kit.gate import Gate
 from headwater.kit.ratelimit import FailureLimit, RateLimiter, make_rate_limiter
 from headwater.kit.sealing import SecretBox
@@ -58,6 +59,8 @@ class Runtime:
     commits: Signals = field(default_factory=Signals)
     # Full record feed pages read before their readers ask (`ingestion.readahead`).
     feed_ahead: ReadAhead = field(default_factory=ReadAhead)
+    # Numbers the feeds' committed rows when a reader asks, off its request (`db.Numbering`).
+    numbering: Coalescer = field(default_factory=lambda: Coalescer("numbering"))
     # Hears other processes' wake-ups (PostgreSQL; None where it cannot: `wakeups`).
     listener: Listener | None = None
     loop: asyncio.AbstractEventLoop | None = None
@@ -112,6 +115,7 @@ class Runtime:
         await self.pushes.close()
         await self.db.close_loop_reads()
         self.feed_ahead.close()
+        self.numbering.close()
         self.secret_checks.close()
         self.db.dispose()
 

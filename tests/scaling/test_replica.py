@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from sqlalchemy import event
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
@@ -22,6 +23,7 @@ from tests.factories import (
     OPERATOR_SECRET,
     SEALING_KEY,
     auth,
+    create_credential,
     fresh_pg_database,
     get_token,
     pg_admin,
@@ -98,7 +100,7 @@ def test_lists_read_the_replica(lagging: tuple[TestClient, DataTenant, str]) -> 
     assert listed.json()["data"] == []  # the replica's
 
 
-def test_a_read_after_a_write_and_the_feed_read_the_database(
+def test_a_read_after_a_write_and_the_feed_past_a_lagging_replica_read_the_database(
     lagging: tuple[TestClient, DataTenant, str],
 ) -> None:
     client, tenant, second = lagging
@@ -133,3 +135,41 @@ def test_the_openapi_description_says_what_may_lag(client: TestClient) -> None:
         assert path in lagging, path
     for path in ("GET /platform/v1/data/changes`", "GET /platform/v1/events`"):
         assert path in current, path
+
+
+def test_the_feeds_read_a_replica_that_keeps_up(backend: str, tmp_path: Path) -> None:
+    """A replica with no lag (the database itself, as a second URL): the feeds' pages
+    are read there, with the reader's own writes, numbered on the database. The pools'
+    checkouts show where: the page is the replica's last."""
+    if backend != "postgresql":
+        pytest.skip("a replica is PostgreSQL's")
+    with fresh_pg_database("hw_same") as (_name, url):
+        app = create_app(_settings(tmp_path, url, database_read_url=url))
+        where: list[str] = []
+        with TestClient(app) as client:
+            db = app.state.runtime.db
+            assert db.has_replica
+            event.listen(db.replica.pool, "checkout", lambda *_: where.append("replica"))
+            event.listen(db.reader.pool, "checkout", lambda *_: where.append("database"))
+            admin = auth(get_token(client, OPERATOR_ID, OPERATOR_SECRET))
+            company = client.post("/admin/v1/companies", json={"name": "S"}, headers=admin)
+            tenant = DataTenant(client, admin, company.json()["id"])
+            reader = create_credential(client, admin, company.json()["id"], scopes=["events:read"])
+            events_headers = auth(get_token(client, reader["client_id"], reader["client_secret"]))
+            for n in (1, 2):
+                assert tenant.push(order(n)).status_code == 200
+            where.clear()
+            changes = client.get(
+                "/platform/v1/data/changes",
+                params={"client_id": tenant.client_id, "dataset_id": "orders"},
+                headers=tenant.headers,
+            )
+            assert _ids(changes.json()) == sorted([order(1)["order_id"], order(2)["order_id"]])
+            # the first read and the page on the replica; the dataset, and what waits for
+            # a place, on the database (where it is numbered)
+            assert where[-1] == "replica" and where.count("replica") == 2, where
+            assert "database" in where, where
+            where.clear()
+            events = client.get("/platform/v1/events", headers=events_headers)
+            assert len(events.json()["data"]) >= 2, events.text
+            assert where[-1] == "replica", where

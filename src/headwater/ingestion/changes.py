@@ -13,11 +13,12 @@ from headwater.identity.tokens import Principal
 from headwater.ingestion import datasets, feed, metrics, repository
 from headwater.ingestion.readahead import ReadAhead
 from headwater.ingestion.schemas import ChangesQuery
+from headwater.kit.coalesce import Coalescer
 from headwater.kit.signals import Signals
 
 
 def _changes(
-    db: Database, caller: Principal, query: ChangesQuery, ahead: ReadAhead
+    db: Database, caller: Principal, query: ChangesQuery, ahead: ReadAhead, numbering: Coalescer
 ) -> tuple[uuid.UUID, feed.Changes]:
     """A page of the feed: the dataset (403/404 as a push's), then the page read ahead
     for its cursor or `feed.page`; a full page has the one after it read ahead."""
@@ -28,13 +29,13 @@ def _changes(
     dataset_pk, version = target.id, target.subjects_version
     cursor, limit = feed.decode(query.after, dataset_pk), query.limit
     page = ahead.take((dataset_pk, version, cursor, limit)) or feed.page(
-        db, dataset_pk, cursor, limit=limit
+        db, dataset_pk, cursor, limit=limit, numbering=numbering
     )
     if page.count == limit:
         after = page.cursor
         ahead.start(
             (dataset_pk, version, after, limit),
-            lambda: feed.page(db, dataset_pk, after, limit=limit),
+            lambda: feed.page(db, dataset_pk, after, limit=limit, numbering=numbering),
         )
     return dataset_pk, page
 
@@ -46,6 +47,7 @@ async def changes(
     *,
     commits: Signals,
     ahead: ReadAhead,
+    numbering: Coalescer,
     poll: float,
 ) -> bytes:
     """A page of the record feed as JSON (`ChangesPage`). An empty page waits up to
@@ -54,7 +56,9 @@ async def changes(
     again every `poll` seconds in any case."""
     deadline = time.monotonic() + query.wait
     while True:
-        dataset_pk, page = await anyio.to_thread.run_sync(_changes, db, caller, query, ahead)
+        dataset_pk, page = await anyio.to_thread.run_sync(
+            _changes, db, caller, query, ahead, numbering
+        )
         remaining = deadline - time.monotonic()
         if page.count or remaining <= 0:
             metrics.FEED_PAGES.labels("records" if page.count else "empty").inc()

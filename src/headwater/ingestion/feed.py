@@ -15,7 +15,10 @@ The feed's order is (transaction position, record `seq`): a transaction's record
 the order they were stored. A cursor is the last record read, (position, seq); a page
 walks indexes from it (`ix_transactions_feed`, then `ix_records_transaction_id`), so
 its cost does not grow with the dataset. Positions are given when the feed is read,
-and only then: a dataset nobody follows pays nothing for them.
+and only then: a dataset nobody follows pays nothing for them. A reader's request only
+asks for them (`number`): the process's numbering gives them, in a short transaction of
+its own, one numbering of a dataset serving every reader that asked while the one
+before ran, so no GET request writes.
 
 A record removed (an erasure, retention: `ingestion.erasure`) appears once more as a
 tombstone, `{"record_id", "erased": true}`, at a position of its own, given from the
@@ -57,6 +60,7 @@ from headwater.ingestion.models import (
 )
 from headwater.kit import cursors
 from headwater.kit.clock import iso_ms
+from headwater.kit.coalesce import Coalescer
 
 # Numbers a dataset's stored transactions that have no position yet, from its head on,
 # in the order they completed.
@@ -74,6 +78,12 @@ _NUMBERING = Numbering(
     ),
 )
 SEQUENCE_BATCH = 5000
+# How long a reader waits for the numbering it asked for; past it, a page holds what has
+# a place, and the rest comes on a later page
+NUMBERING_WAIT = 10.0
+# How long a reader at the end waits for the replica to show what is numbered, before
+# it reads the database instead
+REPLICA_WAIT = 1.0
 
 
 def pending(connection: Connection, dataset_pk: uuid.UUID) -> bool:
@@ -95,6 +105,12 @@ def catch_up(db: Database, dataset_pk: uuid.UUID) -> None:
     """Number what has committed and waits for its place."""
     with unless_writer_busy(), db.begin() as connection:
         sequence(connection, dataset_pk)
+
+
+def number(db: Database, numbering: Coalescer, dataset_pk: uuid.UUID) -> None:
+    """Have the process's numbering give places to what the dataset has committed, and
+    wait for it (at most `NUMBERING_WAIT`): a reader's request writes nothing itself."""
+    numbering.ask(("records", dataset_pk), lambda: catch_up(db, dataset_pk), timeout=NUMBERING_WAIT)
 
 
 # --- cursors ----------------------------------------------------------------------------------
@@ -297,18 +313,42 @@ def _chunks(
     ]
 
 
-def page(db: Database, dataset_pk: uuid.UUID, cursor: Cursor, *, limit: int) -> Changes:
-    """`read` on a connection of its own; when the page is not full (its reader is at the
-    end of what has a place), the dataset's transactions committed since the last
-    numbering are numbered first and the page is read again, so a reader sees its own
-    writes at once. A reader catching up pays for no write and no probe."""
-    with db.read_connection() as connection:
-        changes = read(connection, dataset_pk, cursor, limit=limit)
-        if changes.count == limit or not pending(connection, dataset_pk):
+def page(
+    db: Database, dataset_pk: uuid.UUID, cursor: Cursor, *, limit: int, numbering: Coalescer
+) -> Changes:
+    """`read`, on the replica where one is set (HEADWATER_DATABASE_READ_URL). A full page
+    is the answer: a full page after a cursor never changes, however far the replica
+    lags. Otherwise its reader is at the end of what has a place: the dataset's
+    transactions committed since the last numbering are numbered (`number`, off the
+    request) and the page is read again where everything numbered shows (`caught_up`:
+    the replica once it has replayed that far, else the database), so a reader sees its
+    own writes at once. A reader catching up pays for no probe."""
+    with db.replica_connection() as connection:
+        try:
+            changes: Changes | None = read(connection, dataset_pk, cursor, limit=limit)
+        except InvalidCursor:
+            if not db.has_replica:
+                raise
+            changes = None  # the replica has not replayed the cursor's place yet
+        if changes is not None and changes.count == limit:
             return changes
-    catch_up(db, dataset_pk)
-    with db.read_connection() as connection:
+        if not db.has_replica:  # the database itself: probed on the same connection
+            waiting = pending(connection, dataset_pk)
+            if not waiting and changes is not None:  # (None only with a replica)
+                return changes
+    if db.has_replica:
+        with db.read_connection() as connection:
+            waiting = pending(connection, dataset_pk)
+    if waiting:
+        number(db, numbering, dataset_pk)
+    with db.caught_up(lambda c: head(c, dataset_pk), wait=REPLICA_WAIT) as connection:
         return read(connection, dataset_pk, cursor, limit=limit)
+
+
+def head(connection: Connection, dataset_pk: uuid.UUID) -> int:
+    """The dataset's last position given (0: none yet)."""
+    found = connection.scalar(select(FeedHead.pos).where(FeedHead.dataset_pk == dataset_pk))
+    return int(found or 0)
 
 
 def read(connection: Connection, dataset_pk: uuid.UUID, cursor: Cursor, *, limit: int) -> Changes:

@@ -304,6 +304,7 @@ async def list_changes(
         query,
         commits=runtime.commits,
         ahead=runtime.feed_ahead,
+        numbering=runtime.numbering,
         poll=runtime.poll(runtime.settings.feed_poll_seconds),
     )
     return Response(body, media_type="application/json")

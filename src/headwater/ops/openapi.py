@@ -64,7 +64,11 @@ never fetches anything to resolve one. No request answers 5xx because of its con
 `GET /platform/v1/erasures`, and `POST /app/v1/activities/search`, may then miss what
 was committed in the last moments (usually milliseconds). A read by id and the two
 feeds (`GET /platform/v1/data/changes`, `GET /platform/v1/events`) always see every
-commit before them: read a transaction you just made by its id.
+commit before them: read a transaction you just made by its id. The feeds read the
+replica too, but a page at the end of the feed waits (up to 1 s) for the replica to
+show everything committed, and reads the database if it does not. No GET request
+writes but `GET /platform/v1/data/file_upload_url`, which makes the upload's
+transaction.
 
 **Pages.** Lists answer `{page_number, page_size, total_entries, total_pages, data}`,
 pages numbered from 0, `page_size` 1-100 (default 20).

@@ -24,6 +24,7 @@ from headwater.errors import (
     UnsupportedMediaType,
 )
 from headwater.kit import strictjson
+from headwater.kit.coalesce import Coalescer
 from headwater.kit.gate import Gate
 from headwater.kit.pagination import PageQuery
 from headwater.kit.ratelimit import FailureLimit, RateLimiter
@@ -43,6 +44,7 @@ class Services(Protocol):
     secret_checks: Gate
     token_failures: FailureLimit
     commits: Signals
+    numbering: Coalescer
 
     def poll(self, polling: float) -> float: ...
 

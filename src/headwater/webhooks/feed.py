@@ -12,11 +12,17 @@ from headwater.db import Database, unless_writer_busy
 from headwater.errors import InvalidCursor
 from headwater.events import log
 from headwater.kit import cursors
+from headwater.kit.coalesce import Coalescer
 from headwater.webhooks import dispatch
 from headwater.webhooks.errors import CursorExpired
 from headwater.webhooks.rendering import render
 
 _PREFIX = "p"
+# How long a reader waits for the numbering it asked for
+NUMBERING_WAIT = 10.0
+# How long a page waits for the replica to show what is numbered, before it reads the
+# database instead
+REPLICA_WAIT = 1.0
 
 
 def encode(position: int) -> str:
@@ -37,6 +43,17 @@ def decode(cursor: str | None) -> int:
     return position
 
 
+def number(db: Database, numbering: Coalescer, company_id: uuid.UUID) -> None:
+    """Have the process's numbering give positions to the company's committed events,
+    and wait for it (at most `NUMBERING_WAIT`; what is not numbered then comes later)."""
+
+    def sequence() -> None:
+        with unless_writer_busy():
+            dispatch.sequence_all(db, company_id)
+
+    numbering.ask(("events", company_id), sequence, timeout=NUMBERING_WAIT)
+
+
 def page(
     db: Database,
     *,
@@ -44,9 +61,13 @@ def page(
     cursor: str | None,
     types: Sequence[str] | None,
     limit: int,
+    numbering: Coalescer,
 ) -> dict[str, Any]:
     """`{"data", "next_cursor"}`. Events committed but not yet given a position are
-    given one first (with their deliveries), so a reader sees its own writes at once."""
+    given one first (with their deliveries) by the process's numbering, off the request
+    (`number`), so a reader sees its own writes at once and its request writes nothing.
+    The page is read on the replica where one is set, once it shows every event
+    numbered (`Database.caught_up`)."""
     position = decode(cursor)
     with db.read_connection() as connection:
         if position > log.head(connection, company_id):
@@ -55,9 +76,8 @@ def page(
             )
         waiting = log.pending(connection, company_id)
     if waiting:
-        with unless_writer_busy():
-            dispatch.sequence_all(db, company_id)
-    with db.read_connection() as connection:
+        number(db, numbering, company_id)
+    with db.caught_up(lambda c: log.head(c, company_id), wait=REPLICA_WAIT) as connection:
         rows = log.after(
             connection, company_id=company_id, position=position, types=types, limit=limit
         )

@@ -87,6 +87,7 @@ async def list_events(
             cursor=query.after,
             types=query.type,
             limit=query.limit,
+            numbering=runtime.numbering,
         )
     )
     return EventPage.model_validate(page)
