@@ -16,7 +16,10 @@ all three see the same machine, after an unmeasured 2 s slice each:
   (b) single-record pushes, concurrency 32                     requests/s
 
 It prints (P)/(D) for each load (target >= 0.9) and (P2)/(P). Every answer must be 200
-and every acknowledged record stored.
+and every acknowledged record stored. First, (0): PgBouncer's own CPU time for one
+500 kB parameter (a batch's size) passed through it by psycopg, with its default
+`pkt_buf` (4 kB) and with the 256 kB that docs/scaling.md recommends, beside the
+round trip without it.
 
     .venv/bin/python -m bench.scale [--seconds 16]
 """
@@ -26,7 +29,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -59,6 +64,9 @@ def main() -> None:
     args = parser.parse_args()
 
     batch = [record(i) | {"notes": "n" * 500} for i in range(500)]
+    with bench_database("headwater_bench_scale") as database_url:
+        for buffer in (4096, pgbouncer.PACKET_BUFFER) * 2:  # A B A B
+            print(passing(database_url, buffer))
     with (
         bench_database("headwater_bench_scale") as database_url,
         pgbouncer.pgbouncer(server_connections=40) as port,
@@ -148,6 +156,37 @@ def main() -> None:
     print(f"records stored {stored:,}; answered 200 for {answered:,}")
     if any(r.non_2xx for r in results.values()) or stored < answered:
         raise SystemExit("some requests failed or records are missing; figures not valid")
+
+
+def passing(database_url: str, buffer: int, rounds: int = 1000) -> str:
+    """(0): PgBouncer's CPU a 500 kB parameter, with `pkt_buf` at `buffer`."""
+    texts = ['{"notes": "%s"}' % ("n" * 1000) for _ in range(500)]
+    query = "SELECT cardinality(%b::text[])"
+
+    def round_trips(url: str, pid: int | None) -> tuple[float, float]:
+        with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+            for _ in range(20):
+                conn.execute(query, (texts,)).fetchone()
+            cpu, start = _cpu(pid), time.perf_counter()
+            for _ in range(rounds):
+                conn.execute(query, (texts,)).fetchone()
+            return (_cpu(pid) - cpu) / rounds * 1000, (time.perf_counter() - start) / rounds * 1000
+
+    with pgbouncer.pgbouncer(server_connections=2, packet_buffer=buffer) as port:
+        pid = int(subprocess.check_output(["pgrep", "-n", "-x", "pgbouncer"]).strip())
+        cpu, through = round_trips(pgbouncer.through(database_url, port), pid)
+    _, direct = round_trips(database_url, None)
+    return (
+        f"(0) pkt_buf {buffer // 1024} kB: PgBouncer CPU {cpu:.2f} ms a 500 kB batch; "
+        f"round trip {through:.2f} ms through it, {direct:.2f} ms direct"
+    )
+
+
+def _cpu(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -195,6 +195,20 @@ def check_sql(block: str) -> None:
     assert ("headwater docs", 1) in rows, rows
 
 
+def check_pgbouncer(block: str) -> None:
+    """Each setting the docs recommend is the one the tests and benchmarks run PgBouncer
+    with (`tests/pgbouncer.py`)."""
+    from tests import pgbouncer
+
+    config = pgbouncer.CONFIG.format(
+        port=6432, directory="DIR", server_connections=8, packet_buffer=pgbouncer.PACKET_BUFFER
+    )
+    settings = [line for line in lines(block) if "=" in line]
+    assert settings
+    for line in settings:
+        assert line in config.splitlines(), line
+
+
 CHECKS: list[tuple[Callable[[str, str], bool], Callable[[str], None]]] = [
     (lambda lang, b: lang == "sql", check_sql),
     (lambda lang, b: b.startswith("./scripts/"), check_setup),
@@ -204,6 +218,7 @@ CHECKS: list[tuple[Callable[[str, str], bool], Callable[[str], None]]] = [
     (lambda lang, b: b.startswith("main.py"), check_layout),
     (lambda lang, b: "awaiting_upload" in b, check_lifecycle),
     (lambda lang, b: "outbox.write" in b, check_event_flow),
+    (lambda lang, b: b.startswith("[pgbouncer]"), check_pgbouncer),
 ]
 
 LISTINGS = listings()
