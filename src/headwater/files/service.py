@@ -63,7 +63,7 @@ def create_upload_url(
     content_type = _media_type(query.content_type)
     if content_type not in parsers.CONTENT_TYPES:
         raise UnsupportedFileType(query.content_type)
-    dataset = ingestion.dataset_for(session, caller, query.client_id, query.dataset_id)
+    dataset = ingestion.file_dataset(session, caller, query.client_id, query.dataset_id)
     now = utcnow_ms()
     lifetime = settings.upload_url_lifetime_seconds
     expires_at = now + timedelta(seconds=lifetime)
@@ -126,7 +126,7 @@ def accept_stored(
     """A file a channel (SFTP, email) has stored whole at `key`: its transaction, begun
     `processing`, and its job, queued as an upload's would be. The caller's unit of work
     commits them; until it does, the worker sees nothing. 403/404 as for an upload URL."""
-    dataset = ingestion.dataset_for(session, caller, client_id, dataset_id)
+    dataset = ingestion.file_dataset(session, caller, client_id, dataset_id)
     now = utcnow_ms()
     transaction_id = ingestion.open_file(
         session,

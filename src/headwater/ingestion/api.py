@@ -37,6 +37,7 @@ from headwater.ingestion import (
     erasure,
     hashkeys,
     lifecycle,
+    repository,
     sinks,
     staging,
     subjects,
@@ -64,6 +65,7 @@ __all__ = [
     "DatasetId",
     "DatasetNotFound",
     "Errors",
+    "FileDataset",
     "FileTarget",
     "Kept",
     "Status",
@@ -74,6 +76,7 @@ __all__ = [
     "check_table",
     "dataset_for",
     "discard",
+    "file_dataset",
     "file_target",
     "file_transaction",
     "find_dataset",
@@ -103,9 +106,30 @@ def dataset_for(session: Session, caller: Principal, client_id: str, dataset_id:
     return datasets.caller_dataset(session, caller, client_id, dataset_id)
 
 
+@dataclass(frozen=True, slots=True)
+class FileDataset:
+    """What a new file's transaction needs of its dataset (`file_dataset`)."""
+
+    id: uuid.UUID
+    company_id: uuid.UUID
+    client_id: str
+    dataset_id: str
+    transform_version: int
+
+
+def file_dataset(
+    session: Session, caller: Principal, client_id: str, dataset_id: str
+) -> FileDataset:
+    """`dataset_for` in one statement without the ORM (the client's state and the
+    dataset's, as a push reads them): every file of every door opens with it."""
+    row = repository.target(session.connection(), client_id, dataset_id)
+    row = datasets.usable_target(caller, client_id, dataset_id, row)
+    return FileDataset(row.id, row.company_id, client_id, dataset_id, row.transform_version)
+
+
 def open_file(
     connection: Connection | Session,
-    dataset: Dataset,
+    dataset: Dataset | FileDataset,
     *,
     channel: Channel,
     author_id: uuid.UUID,
