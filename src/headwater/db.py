@@ -461,8 +461,13 @@ def patient(connect: Callable[[], T], timeout: float) -> T:
 
 
 T = TypeVar("T")
-# How often a read that waits for the replica to catch up looks again (`caught_up`)
+# How often a read that waits for the replica to catch up looks again (`caught_up`),
+# and for how long, before it reads the database instead
 REPLICA_LOOK = 0.005
+REPLICA_WAIT = 1.0
+# How long a feed's reader waits for the numbering it asked for (`Numbering`); past it,
+# its page holds what has a place, and the rest comes on a later page
+NUMBERING_WAIT = 10.0
 
 # Reads: every run planned for its values (see make_engine)
 CUSTOM_READS = "-c plan_cache_mode=force_custom_plan"
@@ -618,7 +623,9 @@ class Database:
         return self.replica is not self.reader
 
     @contextmanager
-    def caught_up(self, head: Callable[[Connection], int], *, wait: float) -> Iterator[Connection]:
+    def caught_up(
+        self, head: Callable[[Connection], int], *, wait: float = REPLICA_WAIT
+    ) -> Iterator[Connection]:
         """A connection for a read that must see everything the database holds of a log
         whose last position `head` reads (the feeds, after numbering what a reader asked
         for): on the replica once it has replayed as far as the database is now (asked

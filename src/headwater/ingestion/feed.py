@@ -48,7 +48,13 @@ from sqlalchemy import (
     union_all,
 )
 
-from headwater.db import Database, Numbering, driver_execute, unless_writer_busy
+from headwater.db import (
+    NUMBERING_WAIT,
+    Database,
+    Numbering,
+    driver_execute,
+    unless_writer_busy,
+)
 from headwater.errors import InvalidCursor
 from headwater.ingestion.models import (
     UNFED,
@@ -78,12 +84,6 @@ _NUMBERING = Numbering(
     ),
 )
 SEQUENCE_BATCH = 5000
-# How long a reader waits for the numbering it asked for; past it, a page holds what has
-# a place, and the rest comes on a later page
-NUMBERING_WAIT = 10.0
-# How long a reader at the end waits for the replica to show what is numbered, before
-# it reads the database instead
-REPLICA_WAIT = 1.0
 
 
 def pending(connection: Connection, dataset_pk: uuid.UUID) -> bool:
@@ -341,7 +341,7 @@ def page(
             waiting = pending(connection, dataset_pk)
     if waiting:
         number(db, numbering, dataset_pk)
-    with db.caught_up(lambda c: head(c, dataset_pk), wait=REPLICA_WAIT) as connection:
+    with db.caught_up(lambda c: head(c, dataset_pk)) as connection:
         return read(connection, dataset_pk, cursor, limit=limit)
 
 

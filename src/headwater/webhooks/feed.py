@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from headwater.db import Database, unless_writer_busy
+from headwater.db import NUMBERING_WAIT, Database, unless_writer_busy
 from headwater.errors import InvalidCursor
 from headwater.events import log
 from headwater.kit import cursors
@@ -18,11 +18,6 @@ from headwater.webhooks.errors import CursorExpired
 from headwater.webhooks.rendering import render
 
 _PREFIX = "p"
-# How long a reader waits for the numbering it asked for
-NUMBERING_WAIT = 10.0
-# How long a page waits for the replica to show what is numbered, before it reads the
-# database instead
-REPLICA_WAIT = 1.0
 
 
 def encode(position: int) -> str:
@@ -77,7 +72,7 @@ def page(
         waiting = log.pending(connection, company_id)
     if waiting:
         number(db, numbering, company_id)
-    with db.caught_up(lambda c: log.head(c, company_id), wait=REPLICA_WAIT) as connection:
+    with db.caught_up(lambda c: log.head(c, company_id)) as connection:
         rows = log.after(
             connection, company_id=company_id, position=position, types=types, limit=limit
         )
