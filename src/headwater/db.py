@@ -465,6 +465,9 @@ T = TypeVar("T")
 # and for how long, before it reads the database instead
 REPLICA_LOOK = 0.005
 REPLICA_WAIT = 1.0
+# How long, once the replica failed to catch up within REPLICA_WAIT, such reads go to the
+# database without waiting for it
+REPLICA_BEHIND = 5.0
 # How long a feed's reader waits for the numbering it asked for (`Numbering`); past it,
 # its page holds what has a place, and the rest comes on a later page
 NUMBERING_WAIT = 10.0
@@ -555,6 +558,8 @@ class Database:
                 url=settings.sqlalchemy_read_url,
             )
         self.replica_sessions = sessionmaker(self.replica, expire_on_commit=False)
+        # until when reads that must see the database's latest skip the replica (`caught_up`)
+        self._replica_behind_until = 0.0
         # `loop_read`'s idle connections (PostgreSQL) by plan (generic or not), how many it
         # has open, and the gate that bounds how many it uses at once, made for the event
         # loop that uses it
@@ -630,8 +635,9 @@ class Database:
         whose last position `head` reads (the feeds, after numbering what a reader asked
         for): on the replica once it has replayed as far as the database is now (asked
         every `REPLICA_LOOK` seconds for at most `wait`), else on the database. Where no
-        replica is set, the database's at once."""
-        if self.has_replica:
+        replica is set, or it failed to catch up in the last `REPLICA_BEHIND` seconds, the
+        database's at once."""
+        if self.has_replica and time.monotonic() >= self._replica_behind_until:
             with self.reader.connect() as connection:
                 target = head(connection)
             deadline = time.monotonic() + wait
@@ -641,6 +647,7 @@ class Database:
                         yield connection
                         return
                 if time.monotonic() >= deadline:
+                    self._replica_behind_until = time.monotonic() + REPLICA_BEHIND
                     break
                 time.sleep(REPLICA_LOOK)
         with self.reader.connect() as connection:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from sqlalchemy import event
 from starlette.testclient import TestClient
 
+from headwater import db as db_module
 from headwater.config import Settings
 from headwater.main import create_app
 from tests.factories import (
@@ -112,6 +113,32 @@ def test_a_read_after_a_write_and_the_feed_past_a_lagging_replica_read_the_datab
         headers=tenant.headers,
     )
     assert _ids(changes.json()) == sorted([order(1)["order_id"], order(2)["order_id"]])
+
+
+def test_a_replica_found_behind_is_skipped_for_a_while(
+    lagging: tuple[TestClient, DataTenant, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a page at the end waited for the replica in vain, the next ones read the
+    database at once (for `REPLICA_BEHIND`, made long here): the pools' checkouts show
+    the first page looked at the replica again and again, the second only once (its
+    first read, which a full page would have ended)."""
+    monkeypatch.setattr(db_module, "REPLICA_BEHIND", 3600.0)
+    client, tenant, _second = lagging
+    db = client.app.state.runtime.db  # type: ignore[attr-defined]
+    where: list[str] = []
+    event.listen(db.replica.pool, "checkout", lambda *_: where.append("replica"))
+    event.listen(db.reader.pool, "checkout", lambda *_: where.append("database"))
+    params = {"client_id": tenant.client_id, "dataset_id": "orders"}
+    pages = []
+    for _ in range(2):
+        where.clear()
+        page = client.get("/platform/v1/data/changes", params=params, headers=tenant.headers)
+        pages.append((page.json(), where.count("replica"), where[-1]))
+    both = sorted([order(1)["order_id"], order(2)["order_id"]])
+    (first, looks, last), (second, looks_again, last_again) = pages
+    assert _ids(first) == _ids(second) == both
+    assert looks > 2 and last == "database", (looks, last)
+    assert looks_again == 1 and last_again == "database", (looks_again, last_again)
 
 
 def test_a_replica_url_needs_postgresql(tmp_path: Path) -> None:

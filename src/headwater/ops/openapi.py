@@ -66,7 +66,8 @@ was committed in the last moments (usually milliseconds). A read by id and the t
 feeds (`GET /platform/v1/data/changes`, `GET /platform/v1/events`) always see every
 commit before them: read a transaction you just made by its id. The feeds read the
 replica too, but a page at the end of the feed waits (up to 1 s) for the replica to
-show everything committed, and reads the database if it does not. No GET request
+show everything committed, and reads the database if it does not (and, for 5 s, at
+once). No GET request
 writes but `GET /platform/v1/data/file_upload_url`, which makes the upload's
 transaction.
 
