@@ -44,6 +44,7 @@ from bench.common import (
     WrkResult,
     bench_database,
     combine,
+    process_cpu,
     report,
     request_script,
     run_wrk,
@@ -164,13 +165,16 @@ def passing(database_url: str, buffer: int, rounds: int = 1000) -> str:
     query = "SELECT cardinality(%b::text[])"
 
     def round_trips(url: str, pid: int | None) -> tuple[float, float]:
+        def used() -> float:
+            return process_cpu(pid) if pid is not None else 0.0
+
         with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
             for _ in range(20):
                 conn.execute(query, (texts,)).fetchone()
-            cpu, start = _cpu(pid), time.perf_counter()
+            cpu, start = used(), time.perf_counter()
             for _ in range(rounds):
                 conn.execute(query, (texts,)).fetchone()
-            return (_cpu(pid) - cpu) / rounds * 1000, (time.perf_counter() - start) / rounds * 1000
+            return (used() - cpu) / rounds * 1000, (time.perf_counter() - start) / rounds * 1000
 
     with pgbouncer.pgbouncer(server_connections=2, packet_buffer=buffer) as port:
         pid = int(subprocess.check_output(["pgrep", "-n", "-x", "pgbouncer"]).strip())
@@ -180,13 +184,6 @@ def passing(database_url: str, buffer: int, rounds: int = 1000) -> str:
         f"(0) pkt_buf {buffer // 1024} kB: PgBouncer CPU {cpu:.2f} ms a 500 kB batch; "
         f"round trip {through:.2f} ms through it, {direct:.2f} ms direct"
     )
-
-
-def _cpu(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

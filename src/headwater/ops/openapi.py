@@ -67,9 +67,8 @@ feeds (`GET /platform/v1/data/changes`, `GET /platform/v1/events`) always see ev
 commit before them: read a transaction you just made by its id. The feeds read the
 replica too, but a page at the end of the feed waits (up to 1 s) for the replica to
 show everything committed, and reads the database if it does not (and, for 5 s, at
-once). No GET request
-writes but `GET /platform/v1/data/file_upload_url`, which makes the upload's
-transaction.
+once). No GET request writes but `GET /platform/v1/data/file_upload_url`, which makes
+the upload's transaction.
 
 **Pages.** Lists answer `{page_number, page_size, total_entries, total_pages, data}`,
 pages numbered from 0, `page_size` 1-100 (default 20).
