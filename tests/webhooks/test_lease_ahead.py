@@ -4,6 +4,7 @@ a time, and hands the queued ones back when it stops (webhooks/sender.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
@@ -158,3 +159,29 @@ def test_a_queued_delivery_whose_lease_no_longer_covers_an_attempt_is_not_attemp
     asyncio.run(run())
     assert started == [2]
     assert not deliverer.queued
+
+
+def test_a_worker_cancelled_while_it_stops_closes_its_connection_pools(
+    settings: Settings,
+) -> None:
+    """The loop ending the process cancels a worker still waiting for an attempt in
+    flight: its endpoints' pools are closed all the same (their sockets had been left to
+    the garbage collector, a ResourceWarning in a later test)."""
+    deliverer = Deliverer(None, None, settings)  # type: ignore[arg-type]
+
+    async def run() -> bool:
+        session = deliverer._session(uuid.uuid4())
+        attempt = asyncio.create_task(asyncio.sleep(3600))
+        deliverer.tasks[attempt] = None  # type: ignore[assignment]
+        stop = asyncio.Event()
+        stop.set()
+        running = asyncio.create_task(deliverer.run(stop))
+        await asyncio.sleep(0.05)  # it waits for the attempt in flight
+        assert not running.done() and not session.closed
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        attempt.cancel()
+        return session.closed
+
+    assert asyncio.run(run())

@@ -159,13 +159,18 @@ class Deliverer:
                 await self._idle(stop)
         finally:
             self.stopping = True  # no queued delivery starts now: they are handed back
-            if self.tasks:
-                await asyncio.wait(self.tasks, timeout=self.settings.shutdown_timeout_seconds)
-            await self._hand_back()
-            await self.outcomes.join()
-            recorder.cancel()
-            for session in self.sessions.values():
-                await session.close()
+            try:
+                if self.tasks:
+                    await asyncio.wait(self.tasks, timeout=self.settings.shutdown_timeout_seconds)
+                await self._hand_back()
+                await self.outcomes.join()
+            finally:
+                # also when the loop cancels this task while it waits above (its end
+                # at shutdown): the pools' connections are closed, not left to the
+                # garbage collector
+                recorder.cancel()
+                for session in self.sessions.values():
+                    await session.close()
 
     async def _idle(self, stop: asyncio.Event) -> None:
         """Wait for a slot to free, events to be committed (`ready`), or the poll: the
