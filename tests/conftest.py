@@ -72,8 +72,26 @@ class _Running:
         http_server.CURRENT[:] = [item]
 
 
+class _LongFirst:
+    """The files holding a test marked `long` first, then the rest by their number of
+    tests, most first (xdist's own order, which `scripts/test` turns off with
+    `--no-loadscope-reorder`): each file runs on one worker (`--dist loadfile`), and a
+    minute-long file handed out last kept one worker busy while the other waited."""
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        by_file: dict[str, list[pytest.Item]] = {}
+        for item in items:
+            by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+        def order(tests: list[pytest.Item]) -> tuple[bool, int]:
+            return (not any(t.get_closest_marker("long") for t in tests), -len(tests))
+
+        items[:] = [item for tests in sorted(by_file.values(), key=order) for item in tests]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Running(), "headwater-running-test")
+    config.pluginmanager.register(_LongFirst(), "headwater-long-first")
     # What is loaded now is frozen out of the collector for the session: an app started
     # in this process (`memory.collecting_less`) then finds a freeze and leaves the
     # collector as it is. Without it, each app started with no other running made a full

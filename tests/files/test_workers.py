@@ -150,6 +150,7 @@ def mid_file_rows(backend: str) -> int:
 
 
 @pytest.mark.http
+@pytest.mark.long
 def test_a_worker_killed_mid_file_leaves_a_job_that_runs_again_once(
     file_tenant: FileTenant,
     settings: Settings,

@@ -135,6 +135,7 @@ def test_sigterm_stops_the_server_within_the_shutdown_timeout(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+@pytest.mark.long
 def test_long_polls_last_their_whole_wait_past_the_header_timeout(
     tmp_path: Path, database: str
 ) -> None:

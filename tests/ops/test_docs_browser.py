@@ -70,6 +70,7 @@ def _try(page: Any, operation_id: str) -> tuple[str, str]:
     return status.inner_text().strip(), body.inner_text()
 
 
+@pytest.mark.long
 def test_authorize_with_client_credentials_then_try_whoami_and_a_push(
     docs_server: str, pusher: dict[str, str]
 ) -> None:

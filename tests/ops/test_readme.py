@@ -160,6 +160,7 @@ def test_the_readme_is_a_short_tutorial_that_links_every_docs_page() -> None:
             assert (ROOT / page).parent.joinpath(target).resolve().exists(), (page, target)
 
 
+@pytest.mark.long
 def test_every_example_of_the_readme_and_the_docs_runs_as_written_against_the_demo(
     demo: dict[str, object],
 ) -> None:

@@ -139,6 +139,7 @@ def _fuzzer(
 # Some 35 s on an idle machine, 230 s at load 8 (2026-11-27): past the suite's 120 s,
 # which is there to catch a hang, not a long test on a busy machine.
 @pytest.mark.timeout(900)
+@pytest.mark.long
 def test_every_operation_answers_as_documented(fuzz_target: dict[str, Any]) -> None:
     operations = _operations(fuzz_target["url"])
     assert len(operations) > 40  # the whole description, not a part of it

@@ -220,6 +220,7 @@ def test_instances_started_together_migrate_one_at_a_time(tmp_path: Path, pg_url
         assert conn.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
 
 
+@pytest.mark.long
 def test_instances_started_together_on_a_fresh_database_all_serve(
     tmp_path: Path, pg_url: str
 ) -> None:

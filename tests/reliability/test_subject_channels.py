@@ -23,6 +23,7 @@ SUPPRESSED, ERASED = "C1@Example.com", "C3@Example.com"
 NAMES = ["push", "upload", "sftp", "email", "resubmit"]
 
 
+@pytest.mark.long
 def test_every_door_refuses_a_suppressed_subject_and_an_erasure_reaches_every_door(
     client: TestClient,
     admin: dict[str, str],

@@ -116,6 +116,7 @@ def through_every_door(
     return transactions, source
 
 
+@pytest.mark.long
 def test_every_channel_stores_the_same_output_with_the_same_counts(
     client: TestClient,
     admin: dict[str, str],

@@ -269,6 +269,7 @@ def _wait_final(api: httpx.Client, tenant: DataTenant, expected: int) -> list[di
 # Some 60-80 s with its set-up on an idle machine; 120 s (the suite's bound, there to
 # catch a hang) was reached with its set-up on a loaded one (2026-11-28, load 3-4).
 @pytest.mark.timeout(600)
+@pytest.mark.long
 def test_every_role_apart_twice_over_through_pgbouncer_survives_a_kill_of_each(
     cluster: Cluster, relay: tuple[Sink, int], receiver: Receiver, tmp_path: Path
 ) -> None:

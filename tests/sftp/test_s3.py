@@ -25,6 +25,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.long
 def test_an_upload_goes_to_s3_in_parts_and_is_processed_from_there(
     s3_endpoint: str,
     make_client: Callable[..., TestClient],
