@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import anyio.to_thread
 
 from headwater.db import Database
 from headwater.identity.tokens import Principal
 from headwater.ingestion import datasets, feed, metrics, repository
-from headwater.ingestion.readahead import ReadAhead
+from headwater.ingestion.readahead import Key, ReadAhead
 from headwater.ingestion.schemas import ChangesQuery
 from headwater.kit.coalesce import Coalescer
 from headwater.kit.signals import Signals
@@ -20,24 +21,52 @@ from headwater.kit.signals import Signals
 def _changes(
     db: Database, caller: Principal, query: ChangesQuery, ahead: ReadAhead, numbering: Coalescer
 ) -> tuple[uuid.UUID, feed.Changes]:
-    """A page of the feed: the dataset (403/404 as a push's), then the page read ahead
-    for its cursor or `feed.page`; a full page has the one after it read ahead."""
+    """A page of the feed, on a thread: the dataset (403/404 as a push's), then the page
+    read ahead for its cursor or `feed.page`."""
     with db.read_connection() as connection:
-        target = repository.target(connection, query.client_id, query.dataset_id)
-        target = datasets.usable_target(caller, query.client_id, query.dataset_id, target)
-    # a removal of records moves `subjects_version`: no page read ahead before it is served
-    dataset_pk, version = target.id, target.subjects_version
-    cursor, limit = feed.decode(query.after, dataset_pk), query.limit
-    page = ahead.take((dataset_pk, version, cursor, limit)) or feed.page(
-        db, dataset_pk, cursor, limit=limit, numbering=numbering
-    )
+        row = repository.target(connection, query.client_id, query.dataset_id)
+    key = dataset_pk, _, cursor, limit = _key(caller, query, row)
+    page = ahead.take(key) or feed.page(db, dataset_pk, cursor, limit=limit, numbering=numbering)
+    return dataset_pk, _read_next(db, ahead, key, page, numbering)
+
+
+async def _changes_on_loop(
+    db: Database, caller: Principal, query: ChangesQuery, ahead: ReadAhead, numbering: Coalescer
+) -> tuple[uuid.UUID, feed.Changes]:
+    """`_changes` where reads can be made on the event loop (`Database.loop_read`): a
+    reader catching up finds its page read ahead, and its request makes no thread hop
+    (two handoffs and the wait for the GIL between them cost more than the dataset's
+    lookup); only a page not read ahead is read on a thread."""
+    row = await repository.target_on_loop(db, query.client_id, query.dataset_id)
+    key = dataset_pk, _, cursor, limit = _key(caller, query, row)
+    page = await ahead.take_async(key)
+    if page is None:
+        page = await anyio.to_thread.run_sync(
+            lambda: feed.page(db, dataset_pk, cursor, limit=limit, numbering=numbering)
+        )
+    return dataset_pk, _read_next(db, ahead, key, page, numbering)
+
+
+def _key(caller: Principal, query: ChangesQuery, row: Any) -> Key:
+    """The page the request asks for, once its dataset may be read (else 403 or 404):
+    a removal of records moves `subjects_version`, so no page read ahead before it is
+    served."""
+    target = datasets.usable_target(caller, query.client_id, query.dataset_id, row)
+    return target.id, target.subjects_version, feed.decode(query.after, target.id), query.limit
+
+
+def _read_next(
+    db: Database, ahead: ReadAhead, key: Key, page: feed.Changes, numbering: Coalescer
+) -> feed.Changes:
+    """The page, once the one after it is being read ahead (if it is full)."""
+    dataset_pk, version, _, limit = key
     if page.count == limit:
         after = page.cursor
         ahead.start(
             (dataset_pk, version, after, limit),
             lambda: feed.page(db, dataset_pk, after, limit=limit, numbering=numbering),
         )
-    return dataset_pk, page
+    return page
 
 
 async def changes(
@@ -56,9 +85,12 @@ async def changes(
     again every `poll` seconds in any case."""
     deadline = time.monotonic() + query.wait
     while True:
-        dataset_pk, page = await anyio.to_thread.run_sync(
-            _changes, db, caller, query, ahead, numbering
-        )
+        if db.reads_on_loop:
+            dataset_pk, page = await _changes_on_loop(db, caller, query, ahead, numbering)
+        else:
+            dataset_pk, page = await anyio.to_thread.run_sync(
+                _changes, db, caller, query, ahead, numbering
+            )
         remaining = deadline - time.monotonic()
         if page.count or remaining <= 0:
             metrics.FEED_PAGES.labels("records" if page.count else "empty").inc()

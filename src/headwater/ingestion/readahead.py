@@ -19,6 +19,7 @@ taken, so a page read ahead reaches only a caller who may read it.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -45,15 +46,32 @@ class ReadAhead:
         """The full page read ahead for `key`, waiting for it if it is being read; None
         when there is none, or it came back short, or its read failed: the caller reads
         it itself."""
+        reading = self._pop(key)
+        if reading is None:
+            return None
+        try:
+            page = reading.result()
+        except Exception:  # read again by the caller, which reports it
+            return None
+        return page if page.count == key[3] else None
+
+    async def take_async(self, key: Key) -> feed.Changes | None:
+        """`take`, waiting on the event loop rather than on a thread."""
+        reading = self._pop(key)
+        if reading is None:
+            return None
+        try:
+            page = await asyncio.wrap_future(reading)
+        except Exception:  # read again by the caller, which reports it
+            return None
+        return page if page.count == key[3] else None
+
+    def _pop(self, key: Key) -> Future[feed.Changes] | None:
         with self._lock:
             entry = self._pages.pop(key, None)
         if entry is None or time.monotonic() - entry[0] > SECONDS:
             return None
-        try:
-            page = entry[1].result()
-        except Exception:  # read again by the caller, which reports it
-            return None
-        return page if page.count == key[3] else None
+        return entry[1]
 
     def start(self, key: Key, read: Callable[[], feed.Changes]) -> None:
         """Read the page for `key` on a thread of this read-ahead, for a later `take`."""

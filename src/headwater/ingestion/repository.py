@@ -18,7 +18,7 @@ from sqlalchemy import (
     select,
 )
 
-from headwater.db import driver_execute, pg_text
+from headwater.db import Database, driver_execute, pg_text
 from headwater.identity.models import IngestionClient
 from headwater.ingestion.models import Dataset, Record, RecordCount
 
@@ -56,6 +56,14 @@ def target(connection: Connection, client_id: str, dataset_id: str) -> Any:
         rows = driver_execute(connection, TARGET_SQL, params)
         return rows[0] if rows else None
     return connection.execute(TARGET, params).one_or_none()
+
+
+async def target_on_loop(db: Database, client_id: str, dataset_id: str) -> Any:
+    """`target`, read on the event loop (PostgreSQL: `Database.loop_read`; its plan is
+    the same for any values)."""
+    params = {"client_id": client_id, "dataset_id": dataset_id}
+    async with db.loop_read(generic=True) as connection:
+        return await (await connection.execute(TARGET_SQL, params)).fetchone()
 
 
 _COUNTS = RecordCount.__table__
