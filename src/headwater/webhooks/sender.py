@@ -68,6 +68,10 @@ UNAVAILABLE_PAUSE = 2.0
 LEASE_AHEAD = 2
 # a queued delivery is attempted only while its lease has this much beyond the timeout
 LEASE_MARGIN = timedelta(seconds=5)
+# a round that found nothing is followed by the next no sooner than this after it began:
+# under a stream of pushes every commit wakes the loop, and each round is two database
+# transactions (events sequenced, deliveries leased)
+WAKE_GAP = 0.05
 
 
 def headers(claimed: Claimed, timestamp: int) -> dict[str, str]:
@@ -147,6 +151,10 @@ class Deliverer:
         recorder = asyncio.create_task(self._record_forever())
         try:
             while not stop.is_set():
+                began = time.monotonic()
+                # a wake-up from now on starts another round: this one may not see it
+                self.freed.clear()
+                self.ready.clear()
                 try:
                     busy = await self._step()
                 except Exception as exc:  # the database is briefly away: try again soon
@@ -156,7 +164,7 @@ class Deliverer:
                     continue
                 if busy:
                     continue
-                await self._idle(stop)
+                await self._idle(stop, began)
         finally:
             self.stopping = True  # no queued delivery starts now: they are handed back
             try:
@@ -172,12 +180,16 @@ class Deliverer:
                 for session in self.sessions.values():
                     await session.close()
 
-    async def _idle(self, stop: asyncio.Event) -> None:
-        """Wait for a slot to free, events to be committed (`ready`), or the poll: the
-        poll interval, or, where wake-ups are heard, until the next delivery falls due
-        (a retry) if that comes first."""
-        self.freed.clear()
-        self.ready.clear()
+    async def _idle(self, stop: asyncio.Event, began: float) -> None:
+        """After a round that began at `began` (`time.monotonic()`) and found nothing:
+        rest until `WAKE_GAP` after it began, then wait for a slot to free, events to be
+        committed (`ready`, also while it rested), or the poll: the poll interval, or,
+        where wake-ups are heard, until the next delivery falls due (a retry) if that
+        comes first."""
+        rest = began + WAKE_GAP - time.monotonic()
+        if rest > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=rest)
         polling = self.settings.webhook_poll_seconds
         timeout = self.poll(polling)
         if timeout > polling:

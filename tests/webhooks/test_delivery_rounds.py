@@ -1,0 +1,58 @@
+"""The delivery loop's rounds (webhooks/sender.py): events committed while a round runs
+start another at once, and a stream of commits starts at most one every `WAKE_GAP`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from headwater.config import Settings
+from headwater.webhooks.sender import WAKE_GAP, Deliverer
+
+
+def rounds(settings: Settings, count: int, *, wake_while_idle: bool) -> list[float]:
+    """When each of `count` rounds of a delivery loop that never finds work began (its
+    poll far beyond the test): each round announces events committed while it runs;
+    with `wake_while_idle`, events are announced every millisecond besides."""
+    # no database: the rounds are the test's own
+    deliverer = Deliverer(None, None, settings.model_copy(update={"webhook_poll_seconds": 300}))  # type: ignore[arg-type]
+    began: list[float] = []
+
+    async def run() -> None:
+        stop = asyncio.Event()
+
+        async def step() -> bool:
+            began.append(time.monotonic())
+            deliverer.ready.set()  # events committed after this round read them
+            if len(began) == count:
+                stop.set()
+            return False
+
+        async def commit_forever() -> None:
+            while True:
+                await asyncio.sleep(0.001)
+                deliverer.ready.set()
+
+        deliverer._step = step  # type: ignore[method-assign]
+        stream = asyncio.create_task(commit_forever()) if wake_while_idle else None
+        try:
+            await asyncio.wait_for(deliverer.run(stop), timeout=60)
+        finally:
+            if stream is not None:
+                stream.cancel()
+
+    asyncio.run(run())
+    return began
+
+
+def test_events_committed_during_a_round_start_the_next_one(settings: Settings) -> None:
+    # (before, a round's wake-up was cleared as the loop went idle: the next round came
+    # at the poll, and the test's 60 s ran out)
+    began = rounds(settings, 3, wake_while_idle=False)
+    assert len(began) == 3
+
+
+def test_a_stream_of_commits_starts_a_round_at_most_every_wake_gap(settings: Settings) -> None:
+    began = rounds(settings, 5, wake_while_idle=True)
+    assert all(b - a >= WAKE_GAP for a, b in itertools.pairwise(began))
