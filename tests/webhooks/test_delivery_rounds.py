@@ -7,14 +7,20 @@ import asyncio
 import itertools
 import time
 
+import pytest
+
 from headwater.config import Settings
+from headwater.webhooks import sender
 from headwater.webhooks.sender import WAKE_GAP, Deliverer
 
 
-def rounds(settings: Settings, count: int, *, wake_while_idle: bool) -> list[float]:
+def rounds(
+    settings: Settings, count: int, *, wake_while_idle: bool = False, free: bool = False
+) -> list[float]:
     """When each of `count` rounds of a delivery loop that never finds work began (its
-    poll far beyond the test): each round announces events committed while it runs;
-    with `wake_while_idle`, events are announced every millisecond besides."""
+    poll far beyond the test): each round announces events committed while it runs
+    (or, with `free`, an attempt ending: a slot freed); with `wake_while_idle`, events
+    are announced every millisecond besides."""
     # no database: the rounds are the test's own
     deliverer = Deliverer(None, None, settings.model_copy(update={"webhook_poll_seconds": 300}))  # type: ignore[arg-type]
     began: list[float] = []
@@ -24,7 +30,7 @@ def rounds(settings: Settings, count: int, *, wake_while_idle: bool) -> list[flo
 
         async def step() -> bool:
             began.append(time.monotonic())
-            deliverer.ready.set()  # events committed after this round read them
+            (deliverer.freed if free else deliverer.ready).set()  # after this round's look
             if len(began) == count:
                 stop.set()
             return False
@@ -56,3 +62,11 @@ def test_events_committed_during_a_round_start_the_next_one(settings: Settings) 
 def test_a_stream_of_commits_starts_a_round_at_most_every_wake_gap(settings: Settings) -> None:
     began = rounds(settings, 5, wake_while_idle=True)
     assert all(b - a >= WAKE_GAP for a, b in itertools.pairwise(began))
+
+
+def test_a_freed_slot_starts_the_next_round_without_waiting_for_the_gap(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a load of deliveries the rounds follow the attempts' ends, not the gap."""
+    monkeypatch.setattr(sender, "WAKE_GAP", 300.0)
+    assert len(rounds(settings, 3, free=True)) == 3

@@ -182,23 +182,19 @@ class Deliverer:
 
     async def _idle(self, stop: asyncio.Event, began: float) -> None:
         """After a round that began at `began` (`time.monotonic()`) and found nothing:
-        rest until `WAKE_GAP` after it began, then wait for a slot to free, events to be
-        committed (`ready`, also while it rested), or the poll: the poll interval, or,
-        where wake-ups are heard, until the next delivery falls due (a retry) if that
-        comes first."""
+        wait for a slot to free, or events to be committed (`ready`; heeded from
+        `WAKE_GAP` after the round began), or the poll: the poll interval, or, where
+        wake-ups are heard, until the next delivery falls due (a retry) if that comes
+        first."""
         rest = began + WAKE_GAP - time.monotonic()
-        if rest > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=rest)
+        if rest > 0 and await _first((stop, self.freed), rest):
+            return
         polling = self.settings.webhook_poll_seconds
         timeout = self.poll(polling)
         if timeout > polling:
             due = await anyio.to_thread.run_sync(dispatch.next_due_seconds, self.db)
             timeout = max(polling, min(timeout, due))
-        waits = [asyncio.ensure_future(e.wait()) for e in (stop, self.freed, self.ready)]
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        for waiting in waits:
-            waiting.cancel()
+        await _first((stop, self.freed, self.ready), timeout)
 
     async def _hand_back(self) -> None:
         """Attempts still running at shutdown are stopped and queued ones dropped, their
@@ -330,6 +326,15 @@ class Deliverer:
         if 300 <= status < 400:
             return outcome(status, "redirects are not followed")
         return outcome(status)
+
+
+async def _first(events: tuple[asyncio.Event, ...], timeout: float) -> bool:
+    """Wait until one of `events` is set or `timeout` seconds pass; whether one was."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    for waiting in waits:
+        waiting.cancel()
+    return bool(done)
 
 
 class CheckedResolver(AbstractResolver):
