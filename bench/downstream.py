@@ -314,19 +314,20 @@ def from_the_start(
     try:
         for parsed in (True, False):
             reader = client if parsed else raw
-            rates: dict[str, list[float]] = {"feed": [], "copy": []}
+            feed_rates: list[float] = []
+            copy_rates: list[float] = []
             for trial in (1, 2):
                 count, took, _, _ = follow(reader, None, seconds=args.feed_seconds)
                 rows, copy_took = copy_feed(database_url, dataset_pk, count, parsed=parsed)
-                rates["feed"].append(count / took)
-                rates["copy"].append(rows / copy_took)
+                feed_rates.append(count / took)
+                copy_rates.append(rows / copy_took)
                 print(
                     f"    trial {trial}, {'parsed' if parsed else 'unparsed'}: the feed "
                     f"{count:,} records in {took:.1f} s = {count / took:,.0f}/s; COPY of the "
                     f"same {rows:,} in {copy_took:.1f} s = {rows / copy_took:,.0f}/s",
                     flush=True,
                 )
-            feed_rate, copy = (statistics.median(rates[k]) for k in ("feed", "copy"))
+            feed_rate, copy = statistics.median(feed_rates), statistics.median(copy_rates)
             print(
                 f"(a) feed from the start, {'every record parsed' if parsed else 'unparsed'}: "
                 f"{feed_rate:,.0f} records/s (target >= 100,000); COPY of the same records "
