@@ -227,6 +227,7 @@ class PageSpy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[feed.Cursor, bool]] = []
         self.ahead_done = threading.Event()
+        self.ahead_ended = 0
         real = feed.page
 
         def page(db: Database, dataset_pk: uuid.UUID, cursor: feed.Cursor, **kw: Any) -> Any:
@@ -236,6 +237,7 @@ class PageSpy:
                 return real(db, dataset_pk, cursor, **kw)
             finally:
                 if ahead:
+                    self.ahead_ended += 1
                     self.ahead_done.set()
 
         monkeypatch.setattr(feed, "page", page)
@@ -255,6 +257,33 @@ def test_the_page_after_a_full_page_is_read_ahead_and_taken_once(
     assert read.count((True, True)) == 2
     assert read.count((False, True)) == 1
     assert len(read) == 4
+
+
+def test_a_reader_finds_the_next_two_pages_read_ahead(
+    feed_tenant: FeedTenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    feed_tenant.push_orders(1, 2, 3, 4, 5, 6)
+    spy = PageSpy(monkeypatch)
+    first = feed_tenant.changes(limit=2)
+    deadline = time.monotonic() + 30
+    while spy.ahead_ended < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # before the reader asks again, the pages after A-2 and after A-4 were read ahead
+    assert [ahead for _, ahead in spy.calls] == [False, True, True]
+    assert len({cursor for cursor, _ in spy.calls}) == 3
+    second = feed_tenant.changes(limit=2, after=first["next_cursor"])
+    third = feed_tenant.changes(limit=2, after=second["next_cursor"])
+    pages = [first, second, third]
+    assert [r["data"]["order_id"] for p in pages for r in p["data"]] == [
+        f"A-{n}" for n in range(1, 7)
+    ]
+    while spy.ahead_ended < 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # both requests took their pages ready and kept two ahead (the page after A-6,
+    # empty, ends the chain): no request read its page itself
+    assert [ahead for _, ahead in spy.calls] == [False, True, True, True]
+    assert feed_tenant.changes(limit=2, after=third["next_cursor"])["data"] == []
+    assert [ahead for _, ahead in spy.calls][4:] == [False]
 
 
 def test_a_page_read_ahead_never_hides_a_readers_own_write(

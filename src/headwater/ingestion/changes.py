@@ -58,13 +58,12 @@ def _key(caller: Principal, query: ChangesQuery, row: Any) -> Key:
 def _read_next(
     db: Database, ahead: ReadAhead, key: Key, page: feed.Changes, numbering: Coalescer
 ) -> feed.Changes:
-    """The page, once the one after it is being read ahead (if it is full)."""
+    """The page, once the ones after it are being read ahead (if it is full)."""
     dataset_pk, version, _, limit = key
     if page.count == limit:
-        after = page.cursor
         ahead.start(
-            (dataset_pk, version, after, limit),
-            lambda: feed.page(db, dataset_pk, after, limit=limit, numbering=numbering),
+            (dataset_pk, version, page.cursor, limit),
+            lambda after: feed.page(db, dataset_pk, after, limit=limit, numbering=numbering),
         )
     return page
 
