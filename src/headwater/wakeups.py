@@ -125,7 +125,9 @@ class Announcer:
             self._announce(committed)
 
     def _send_forever(self) -> None:
-        while True:
+        # (`close` may come during the sleep: its wake-up is then cleared below, so the
+        # loop looks at `_closed` again before it waits)
+        while not self._closed:
             self._ready.wait()
             if self._closed:
                 return

@@ -70,6 +70,26 @@ def test_a_unit_of_work_and_a_statement_in_autocommit_announce_after_they_commit
     assert heard == [("erasures", ""), ("events", "")]
 
 
+def test_closing_while_the_sender_gathers_announcements_stops_it(
+    settings: Settings, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`close` during the sender's pause (it gathers announcements for one NOTIFY): the
+    sender had cleared the close's wake-up and waited for ever, and `close` for its
+    10 s bound (a teardown of 10.00 s in the suite)."""
+    if backend != "postgresql":
+        pytest.skip("NOTIFY is PostgreSQL's")
+    monkeypatch.setattr(wakeups, "COALESCE", 0.5)
+    db = Database(settings)
+    try:
+        db.announcer.announce("files")
+        time.sleep(0.1)  # the sender is in its pause
+        sender = db.announcer._sender
+        assert sender is not None
+    finally:
+        db.dispose()
+    assert not sender.is_alive()
+
+
 def test_where_processes_can_listen(backend: str) -> None:
     pg = "postgresql://127.0.0.1/hw"
     bouncer = "postgresql://127.0.0.1:6432/hw"
