@@ -10,19 +10,30 @@ import time
 import pytest
 
 from headwater.config import Settings
-from headwater.webhooks import sender
+from headwater.webhooks import dispatch, sender
 from headwater.webhooks.sender import WAKE_GAP, Deliverer
 
 
 def rounds(
-    settings: Settings, count: int, *, wake_while_idle: bool = False, free: bool = False
+    settings: Settings,
+    count: int,
+    *,
+    wake_while_idle: bool = False,
+    free: bool = False,
+    heard: bool = False,
 ) -> list[float]:
     """When each of `count` rounds of a delivery loop that never finds work began (its
     poll far beyond the test): each round announces events committed while it runs
     (or, with `free`, an attempt ending: a slot freed); with `wake_while_idle`, events
-    are announced every millisecond besides."""
+    are announced every millisecond besides; with `heard`, the poll is stretched as where
+    wake-ups are heard."""
     # no database: the rounds are the test's own
-    deliverer = Deliverer(None, None, settings.model_copy(update={"webhook_poll_seconds": 300}))  # type: ignore[arg-type]
+    deliverer = Deliverer(
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        settings.model_copy(update={"webhook_poll_seconds": 300}),
+        poll=(lambda polling: polling * 2) if heard else None,
+    )
     began: list[float] = []
 
     async def run() -> None:
@@ -70,3 +81,14 @@ def test_a_freed_slot_starts_the_next_round_without_waiting_for_the_gap(
     """Under a load of deliveries the rounds follow the attempts' ends, not the gap."""
     monkeypatch.setattr(sender, "WAKE_GAP", 300.0)
     assert len(rounds(settings, 3, free=True)) == 3
+
+
+def test_events_committed_during_a_round_need_no_due_time_looked_up(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where wake-ups are heard, an idle loop looks up when the next retry falls due; a
+    loop with events already committed starts its next round without that query."""
+    looked: list[object] = []
+    monkeypatch.setattr(dispatch, "next_due_seconds", lambda db: looked.append(db) or 300.0)
+    assert len(rounds(settings, 3, heard=True)) == 3
+    assert looked == []

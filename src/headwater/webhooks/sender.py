@@ -189,6 +189,8 @@ class Deliverer:
         rest = began + WAKE_GAP - time.monotonic()
         if rest > 0 and await _first((stop, self.freed), rest):
             return
+        if self.ready.is_set():  # committed while it rested: no due time to look up
+            return
         polling = self.settings.webhook_poll_seconds
         timeout = self.poll(polling)
         if timeout > polling:
