@@ -228,6 +228,7 @@ class PageSpy:
         self.calls: list[tuple[feed.Cursor, bool]] = []
         self.ahead_done = threading.Event()
         self.ahead_ended = 0
+        counting = threading.Lock()  # two read-ahead threads may end at once
         real = feed.page
 
         def page(db: Database, dataset_pk: uuid.UUID, cursor: feed.Cursor, **kw: Any) -> Any:
@@ -237,7 +238,8 @@ class PageSpy:
                 return real(db, dataset_pk, cursor, **kw)
             finally:
                 if ahead:
-                    self.ahead_ended += 1
+                    with counting:
+                        self.ahead_ended += 1
                     self.ahead_done.set()
 
         monkeypatch.setattr(feed, "page", page)
