@@ -5,12 +5,14 @@ that stores it.
 A claim is one primary-key probe a record: `INSERT ... ON CONFLICT DO UPDATE ... WHERE
 the claim there is older than the window RETURNING digest`. A digest that comes back is
 new (or its last record is out of the window), and the record is stored; one that does
-not is a duplicate. Two transactions claiming one digest at once: on PostgreSQL the
-second waits for the first's row and finds it when the first commits (or takes it if
-the first rolls back); SQLite has one writer. Claims are made in dataset and digest
-order, so two writes seldom wait on each other's rows in opposite order (PostgreSQL ends
-such a deadlock; a group is then written again push by push, a single push answers 503
-`database_busy`).
+not is a duplicate. On PostgreSQL the statement answers the duplicates instead (the
+digests it was given less those it claimed): most records are new, and reading back
+each one's digest cost more than its claim. Two transactions claiming one digest at
+once: on PostgreSQL the second waits for the first's row and finds it when the first
+commits (or takes it if the first rolls back); SQLite has one writer. Claims are made
+in dataset and digest order, so two writes seldom wait on each other's rows in opposite
+order (PostgreSQL ends such a deadlock; a group is then written again push by push, a
+single push answers 503 `database_busy`).
 
 A file's claims are made as its batches are staged, and released with its records if
 the file is discarded (`release`).
@@ -74,14 +76,17 @@ class Claims:
             }
         )
 
-    def statements(self, dialect: str) -> Iterator[tuple[uuid.UUID, Any, dict[str, Any] | None]]:
-        """The claiming statements, each with its dataset: psycopg's SQL and its
-        parameters on PostgreSQL, a SQLAlchemy statement (and None) elsewhere. Each
-        answers the digests it claimed."""
+    def statements(
+        self, dialect: str
+    ) -> Iterator[tuple[uuid.UUID, list[bytes], Any, dict[str, Any] | None]]:
+        """The claiming statements, each with its dataset and digests: psycopg's SQL
+        and its parameters on PostgreSQL, which answers the digests it did not claim;
+        elsewhere a SQLAlchemy statement (and None), which answers those it claimed."""
         for (company_id, dataset_pk, window, staged_by), (digests, at) in self.groups.items():
             if dialect == "postgresql":
                 yield (
                     dataset_pk,
+                    digests,
                     _CLAIM_SQL,
                     {
                         "company_id": company_id,
@@ -94,6 +99,7 @@ class Claims:
                 )
                 continue
             for start in range(0, len(digests), CHUNK):
+                chunk = digests[start : start + CHUNK]
                 statement = sqlite_insert(DedupeKey).values(
                     [
                         {
@@ -103,11 +109,12 @@ class Claims:
                             "seen_at": at,
                             "staged_by": staged_by,
                         }
-                        for digest in digests[start : start + CHUNK]
+                        for digest in chunk
                     ]
                 )
                 yield (
                     dataset_pk,
+                    chunk,
                     statement.on_conflict_do_update(
                         index_elements=["company_id", "dataset_pk", "digest"],
                         set_={
@@ -161,13 +168,14 @@ def claim(
     `staged`: a file's batch, whose claims go if the file is discarded (`release`)."""
     claimed: set[tuple[uuid.UUID, bytes]] = set()
     claims = Claims.of(batches, staged=staged)
-    for dataset_pk, statement, params in claims.statements(connection.dialect.name):
-        rows = (
-            connection.execute(statement)
-            if params is None
-            else driver_execute(connection, statement, params)
-        )
-        claimed.update((dataset_pk, bytes(row.digest)) for row in rows)
+    for dataset_pk, digests, statement, params in claims.statements(connection.dialect.name):
+        if params is None:
+            rows = connection.execute(statement)
+            claimed.update((dataset_pk, bytes(row.digest)) for row in rows)
+        else:
+            answered = driver_execute(connection, statement, params)
+            duplicates = {bytes(row.digest) for row in answered}
+            claimed.update((dataset_pk, d) for d in digests if d not in duplicates)
     return Claims.apply(batches, claimed)
 
 
@@ -176,23 +184,29 @@ async def claim_async(
 ) -> tuple[list[RecordBatch], dict[uuid.UUID, int]]:
     """`claim` on an asyncio psycopg connection (PostgreSQL), in its open transaction."""
     claimed: set[tuple[uuid.UUID, bytes]] = set()
-    for dataset_pk, statement, params in Claims.of(batches).statements("postgresql"):
+    for dataset_pk, digests, statement, params in Claims.of(batches).statements("postgresql"):
         cursor = await connection.execute(statement, params)
-        claimed.update((dataset_pk, bytes(row[0])) for row in await cursor.fetchall())
+        duplicates = {bytes(row[0]) for row in await cursor.fetchall()}
+        claimed.update((dataset_pk, d) for d in digests if d not in duplicates)
     return Claims.apply(batches, claimed)
 
 
 # PostgreSQL's claim of a dataset's digests, through psycopg itself: they travel as one
-# binary bytea[] (SQLAlchemy compiling a 500-row VALUES list cost more than the insert),
-# in order.
+# binary bytea[] (SQLAlchemy compiling a 500-row VALUES list cost more than the insert;
+# as text, psycopg's escaping of each digest cost 5 us), in order; it answers the
+# digests not claimed, the duplicates (the materialised CTE keeps the order).
 _CLAIM_SQL = """
-INSERT INTO dedupe_keys (company_id, dataset_pk, digest, seen_at, staged_by)
-SELECT %(company_id)s, %(dataset_pk)s, digest, %(at)s, %(staged_by)s
-FROM unnest(%(digests)s::bytea[]) AS digest
-ON CONFLICT (company_id, dataset_pk, digest) DO UPDATE
-SET seen_at = excluded.seen_at, staged_by = excluded.staged_by
-WHERE dedupe_keys.seen_at < %(cutoff)s
-RETURNING digest
+WITH given AS (
+    SELECT digest FROM unnest(%(digests)b::bytea[]) AS digest
+), claimed AS (
+    INSERT INTO dedupe_keys (company_id, dataset_pk, digest, seen_at, staged_by)
+    SELECT %(company_id)s, %(dataset_pk)s, digest, %(at)s, %(staged_by)s FROM given
+    ON CONFLICT (company_id, dataset_pk, digest) DO UPDATE
+    SET seen_at = excluded.seen_at, staged_by = excluded.staged_by
+    WHERE dedupe_keys.seen_at < %(cutoff)s
+    RETURNING digest
+)
+SELECT digest FROM given EXCEPT ALL SELECT digest FROM claimed
 """
 
 
