@@ -3,11 +3,12 @@ push's batch, a single record and a block of CSV rows."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from headwater.ingestion import check
+from headwater.ingestion import check, transforms
 from headwater.ingestion.datasets import Compiled
 from headwater.ingestion.normalise import compile_normaliser
 from headwater.ingestion.schemas import DatasetOptions
@@ -85,3 +86,27 @@ def test_a_failure_about_the_whole_input_is_listed_first() -> None:
     errors.first({"record": 100, "line": 102, "path": "", "keyword": "file", "message": "cut"})
     assert errors.count == 101 and len(errors.listed) == 100
     assert errors.listed[0]["keyword"] == "file" and errors.listed[1]["line"] == 2
+
+
+@pytest.mark.parametrize(
+    ("steps", "known"),
+    [
+        ([{"op": "dedupe", "keys": ["/id"]}, {"op": "filter", "path": "/n", "equals": 9}], True),
+        ([{"op": "dedupe", "keys": ["/id"]}, {"op": "set", "path": "/n", "value": 1}], False),
+    ],
+)
+def test_records_kept_as_they_came_keep_their_json_texts(
+    steps: list[dict[str, Any]], known: bool
+) -> None:
+    records = [{"id": "a", "n": 1}, {"id": "a", "n": 2}, {"id": "b", "n": 9}, {"id": "c"}]
+    texts = ['{"id":"a","n":1}', None, '{"id":"b","n":9}', '{"id":"c"}']
+    with_steps = replace(compiled(), steps=transforms.compile_steps(1, steps, b"k" * 32))
+    kept = check.transform(with_steps, records, texts)
+    if known:  # the repeat of "a" and the filtered "b" go with their texts
+        assert kept.records == [records[0], records[3]]
+        assert kept.texts == ['{"id":"a","n":1}', '{"id":"c"}']
+    else:
+        assert kept.records == [{"id": "a", "n": 1}, {"id": "b", "n": 1}, {"id": "c", "n": 1}]
+        assert kept.texts is None
+    assert (kept.duplicates, kept.filtered) == (1, 1 if known else 0)
+    assert records[0] == {"id": "a", "n": 1}  # the records given are left as they were

@@ -130,9 +130,10 @@ class Kept:
 
 
 def transform(check: Compiled, records: Sequence[Any], texts: Any = None) -> Kept:
-    """Run the dataset's steps on valid records, in order; the outputs are copies (the
-    records given are left as they were). Then each output's subject (contract section
-    17): a suppressed one is not kept."""
+    """Run the dataset's steps on valid records, in order; the records given are left
+    as they were (an output is a copy where a step may change it, and then its JSON
+    text is not known). Then each output's subject (contract section 17): a suppressed
+    one is not kept."""
     steps, subjects = check.steps, check.subjects
     if steps is None:
         kept = Kept(records=list(records), texts=texts)
@@ -145,9 +146,10 @@ def transform(check: Compiled, records: Sequence[Any], texts: Any = None) -> Kep
         digests=None if dedupe is None else [],
         window=None if dedupe is None else dedupe.window,
         subjects=None if subjects is None else [],
+        texts=None if steps.changes or texts is None else [],
     )
     seen: set[bytes] = set()
-    for record in records:
+    for n, record in enumerate(records):
         output, digest = steps.run(record)
         if output is None:
             kept.filtered += 1
@@ -168,6 +170,8 @@ def transform(check: Compiled, records: Sequence[Any], texts: Any = None) -> Kep
         kept.records.append(output)
         if kept.digests is not None:
             kept.digests.append(digest)
+        if kept.texts is not None:
+            kept.texts.append(texts[n])
     return kept
 
 

@@ -366,6 +366,9 @@ class Steps:
         self._ops: list[Op] = []
         for step in steps:
             self._ops.append(self._compile(step))
+        # whether an op may change a record: with `filter` and `dedupe` alone, a record
+        # is kept as it came (no copy), and its JSON text with it
+        self.changes = any(step["op"] not in ("filter", "dedupe") for step in steps)
 
     def _compile(self, step: dict[str, Any]) -> Op:
         op = step["op"]
@@ -398,10 +401,10 @@ class Steps:
         return _string_op(tokens, lambda value: _hmac(keyed, value))
 
     def run(self, record: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
-        """The record's output (a copy: `record` is left as it was; None: a filter kept
-        it out) and its dedupe digest (None: no dedupe step, or the record lacks one of
-        its keys)."""
-        output = dict(record)
+        """The record's output (None: a filter kept it out; a copy where an op may
+        change it, `record` itself otherwise: `record` is left as it was) and its dedupe
+        digest (None: no dedupe step, or the record lacks one of its keys)."""
+        output = dict(record) if self.changes else record
         owned = {id(output)}
         dedupe = self.dedupe
         if dedupe is None:
