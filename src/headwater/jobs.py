@@ -202,7 +202,6 @@ def lease(
     duration: timedelta,
     limit: int,
     columns: Sequence[Any] = (),
-    join: tuple[Any, Any] | None = None,
     where: Sequence[Any] = (),
     pick: Pick | None = None,
 ) -> tuple[Sequence[Any], datetime]:
@@ -210,8 +209,6 @@ def lease(
     first; `pick` chooses among them, when given): their rows (`id` and `columns`), and
     the lease's end, in the caller's short database transaction."""
     statement = select(queue.model.id, *columns)
-    if join is not None:
-        statement = statement.join(*join)
     rows: Sequence[Any] = connection.execute(
         statement.where(queue.state == queue.pending, queue.due <= now, *where)
         .order_by(queue.due)

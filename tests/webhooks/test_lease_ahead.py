@@ -13,12 +13,14 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.kit.clock import utcnow
+from headwater.runtime import secret_box
+from headwater.webhooks import dispatch
 from headwater.webhooks.dispatch import Claimed
 from headwater.webhooks.models import WebhookDelivery
 from headwater.webhooks.sender import LEASE_MARGIN, Deliverer
@@ -185,3 +187,37 @@ def test_a_worker_cancelled_while_it_stops_closes_its_connection_pools(
         return session.closed
 
     assert asyncio.run(run())
+
+
+def test_a_due_delivery_of_an_endpoint_not_enabled_is_never_leased(
+    hooks: HookTenant,
+    make_client: Callable[..., TestClient],
+    receiver: Receiver,
+    settings: Settings,
+) -> None:
+    """A lease reads the due-time index alone and leaves out the deliveries of every
+    endpoint not enabled, even one whose delivery is due (as a hand-back or a retry
+    recorded as it was disabled may leave it)."""
+    allowing = hooks.using(make_client(webhook_allow_http=True, webhook_allow_private=True))
+    endpoint = allowing.endpoint(receiver.at("/off"), ["transaction.completed"])
+    hooks.push(1)
+    hooks.events()  # sequenced: the endpoint's delivery is made
+    path = f"/platform/v1/webhook_endpoints/{endpoint['id']}"
+    hooks.client.patch(path, json={"status": "disabled"}, headers=hooks.headers)
+    mine = uuid.UUID(endpoint["id"])
+    with database(settings) as db:
+        with db.begin() as connection:
+            connection.execute(
+                update(WebhookDelivery)
+                .where(WebhookDelivery.endpoint_id == mine)
+                .values(next_attempt_at=utcnow() - timedelta(seconds=1))
+            )
+        box = secret_box(settings)
+
+        def leased_now() -> list[uuid.UUID]:
+            taken = dispatch.claim(db, box, limit=100, per_endpoint=4, lease=timedelta(seconds=30))
+            return [claimed.endpoint_id for claimed in taken if claimed.endpoint_id == mine]
+
+        assert leased_now() == []
+        hooks.client.patch(path, json={"status": "enabled"}, headers=hooks.headers)
+        assert leased_now() == [mine]
