@@ -13,7 +13,9 @@ per core), registers a 20-field draft-06 schema, and drives it with wrk:
       it grows as records does                                     the batches' limit
 
 and prints (a)/(L) and (b)/(c). (a) and (L) run in alternating slices, as (b) and (c) do.
-Targets (issue 24): (a)/(L) >= 0.9; (b)/(c) >= 0.7 with (b) p99 <= 50 ms.
+Targets (issue 24): (a)/(L) >= 0.9; (b)/(c) >= 0.7 with (b) p99 <= 50 ms. Issue 34 keeps
+(a)/(L) >= 0.8 and (b)/(c) within 5% of the 0.44-0.51 of its filing (>= 0.42); both are
+printed.
 A CHECKPOINT between (a) and (b) flushes what (a) wrote before (b) is measured. (b) and
 (c) run in alternating slices (SLICES of each, seconds/SLICES long), so that both see the
 same machine; their p95 and p99 are the highest slice's (an upper bound).
@@ -62,6 +64,14 @@ def setup(url: str) -> tuple[dict[str, str], str]:
 
 def push_body(records: list[dict[str, Any]] | dict[str, Any]) -> str:
     return json.dumps({"client_id": "bench-crm", "dataset_id": "events", "data": records})
+
+
+# issue 34's "within 5% of today" for single pushes: 0.44-0.51 of whoami when it was filed
+SINGLE_KEPT = 0.42
+
+
+def _met(met: bool) -> str:
+    return "met" if met else "NOT met"
 
 
 def main() -> None:
@@ -175,12 +185,13 @@ def main() -> None:
     ratio = b.requests_per_second / c.requests_per_second
     share = records_per_second / limit
     print(
-        f"(a) {records_per_second:,.0f} records/s = {share:.3f} of (L)  (target >= 0.9: "
-        f"{'met' if share >= 0.9 else 'NOT met'})"
+        f"(a) {records_per_second:,.0f} records/s = {share:.3f} of (L)  (issue 24: >= 0.9 "
+        f"{_met(share >= 0.9)}; issue 34 keeps >= 0.8: {_met(share >= 0.8)})"
     )
     print(
-        f"(b)/(c) = {ratio:.3f}, (b) p99 {b.latency_p99_ms:.1f} ms  (target >= 0.7 with p99 <= "
-        f"50 ms: {'met' if ratio >= 0.7 and b.latency_p99_ms <= 50 else 'NOT met'})"
+        f"(b)/(c) = {ratio:.3f}, (b) p99 {b.latency_p99_ms:.1f} ms  (issue 24: >= 0.7 with p99 "
+        f"<= 50 ms: {_met(ratio >= 0.7 and b.latency_p99_ms <= 50)}; issue 34 keeps >= 0.42: "
+        f"{_met(ratio >= SINGLE_KEPT)})"
     )
     # wrk counts answered requests; one cut off when time ran out may still have stored.
     answered = 500 + args.workers * 4 + a.requests * 500 + b.requests
