@@ -1,15 +1,20 @@
-"""Secret hashing and the verification key cache, without the database."""
+"""Secret hashing, the verification key cache and the key files, without the database."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
 
+from headwater.files import stores
 from headwater.identity import keys as keyring
 from headwater.identity import secrets
+from headwater.kit import keyfile
 
 
 @pytest.mark.usefixtures("real_secret_hashing")
@@ -124,3 +129,37 @@ def test_migrations_head_constant_is_alembics_head() -> None:
 
     script = ScriptDirectory.from_config(migrations.alembic_config(Settings()))
     assert script.get_heads() == [migrations.HEAD]
+
+
+def test_processes_making_a_key_file_together_all_read_the_one_that_won(
+    tmp_path: Path,
+) -> None:
+    """One maker is held while it writes; another makes its key meanwhile and wins. The
+    held one reads the winner's whole key, and no draft is left behind."""
+    path = tmp_path / "signing.key"
+    writing, won = threading.Event(), threading.Event()
+
+    def slow() -> bytes:
+        writing.set()
+        assert won.wait(10)
+        return b"A" * 32
+
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(keyfile.load_or_make, path, slow)
+        assert writing.wait(10)
+        assert keyfile.load_or_make(path, lambda: b"B" * 32) == b"B" * 32
+        won.set()
+        assert held.result() == b"B" * 32
+    assert [p.name for p in tmp_path.iterdir()] == ["signing.key"]
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_store_signing_key_file_that_is_not_a_whole_key_is_refused(tmp_path: Path) -> None:
+    """A key file an earlier release left empty (its maker died before writing) would
+    sign uploads with an empty key: the embedded store refuses to start with it."""
+    (tmp_path / "signing.key").write_bytes(b"")
+    with pytest.raises(RuntimeError, match="holds 0 bytes, not a 32-byte key"):
+        stores.EmbeddedStore(tmp_path, public_url="http://127.0.0.1", signing_key=None)
+    made = stores.EmbeddedStore(tmp_path / "fresh", public_url="http://x", signing_key=None)
+    assert len((tmp_path / "fresh" / "signing.key").read_bytes()) == stores.KEY_BYTES
+    assert made.signature(key="k", expires=1, content_type="text/csv", max_bytes=1)

@@ -20,10 +20,13 @@ from typing import Any, BinaryIO, Protocol, cast
 from urllib.parse import urlencode
 
 from headwater.config import Settings
+from headwater.kit import keyfile
 from headwater.kit.clock import utcnow
 
 UPLOAD_PATH = "/uploads/"
 DOWNLOAD_PATH = "/downloads/"
+# the embedded store's signing key (HMAC-SHA256)
+KEY_BYTES = 32
 _KEY = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -255,17 +258,16 @@ class Incoming:
 
 
 def _load_or_make_key(path: Path) -> bytes:
-    """The store's signing key, made once (readable by the service's user only). Every
-    instance that shares the store's directory shares the key."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes()
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "wb") as out:
-        out.write(key)
-        out.flush()
-        os.fsync(out.fileno())
+    """The store's signing key, made once (`kit.keyfile`). Every instance that shares
+    the store's directory shares the key; a file that holds anything but a whole key is
+    refused, never used (a process of an earlier release that died while making it left
+    it empty, and an empty key would let anyone sign an upload)."""
+    key = keyfile.load_or_make(path, lambda: secrets.token_bytes(KEY_BYTES))
+    if len(key) != KEY_BYTES:
+        raise RuntimeError(
+            f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key: remove it (URLs "
+            "signed with it stop working) and start again to make a new one"
+        )
     return key
 
 

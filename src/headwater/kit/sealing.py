@@ -11,7 +11,6 @@ box is made from it the first time one is asked for (`box`).
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 import threading
 import uuid
@@ -22,6 +21,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from headwater.kit import keyfile
+
 _SEALED = "v1."
 WEBHOOK_SECRETS = b"headwater webhook secrets"
 HASH_KEYS = b"headwater hash keys"
@@ -30,21 +31,7 @@ HASH_KEYS = b"headwater hash keys"
 def key_file_material(data_dir: Path) -> bytes:
     """The key made once under the data directory (embedded set-ups)."""
     path = data_dir / "webhook_secret_key"
-    if not path.exists():
-        # written whole under another name, then linked into place: processes starting
-        # together all read the one key that won
-        data_dir.mkdir(parents=True, exist_ok=True)
-        draft = data_dir / f".webhook_secret_key.{os.getpid()}.{secrets.token_hex(4)}"
-        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(base64.b64encode(secrets.token_bytes(32)))
-        try:
-            os.link(draft, path)
-        except FileExistsError:
-            pass
-        finally:
-            draft.unlink()
-    return path.read_bytes().strip()
+    return keyfile.load_or_make(path, lambda: base64.b64encode(secrets.token_bytes(32))).strip()
 
 
 class SecretBox:
