@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import inspect, select, text
+from sqlalchemy import event, inspect, select, text
 from starlette.testclient import TestClient
 
 from headwater.runtime import Runtime
@@ -411,3 +411,40 @@ def test_a_token_limited_to_one_client_erases_and_suppresses_within_it(
     assert subject_tenant.push(customer(4, ADA)).json()["records_accepted"] == 0
     listed = client.get("/platform/v1/erasures", headers=headers).json()["data"]
     assert [e["erasure_id"] for e in listed] == [made.json()["erasure_id"]]
+
+
+def test_an_erasure_finds_its_records_by_the_subject_index_alone(
+    subject_tenant: SubjectTenant,
+) -> None:
+    """The statement that removes a subject's records probes `ix_records_subject`, not
+    the dataset's whole range of `ix_records_dataset_pk` (a planner without statistics
+    may take either: both begin with the dataset): its plan, with sequential scans off
+    on PostgreSQL so that only the indexes compete."""
+    subject_tenant.push([customer(n, f"p{n}@example.com") for n in range(200)])
+    db = _runtime(subject_tenant).db
+    removals: list[tuple[str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if statement.lstrip().startswith("DELETE FROM records"):
+            removals.append((statement, params))
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        subject_tenant.erased("p7@example.com")
+    finally:
+        event.remove(db.engine, "before_cursor_execute", seen)
+    assert removals
+    statement, params = removals[0]
+    with db.engine.connect() as connection:
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
+        cursor = raw.cursor()
+        if connection.dialect.name == "postgresql":
+            cursor.execute("SET enable_seqscan = off")
+            cursor.execute("EXPLAIN " + statement, params)
+        else:
+            cursor.execute("EXPLAIN QUERY PLAN " + statement, params)
+        plan = "\n".join(str(row) for row in cursor.fetchall())
+        connection.rollback()
+    assert "ix_records_subject" in plan, plan
+    assert "ix_records_dataset_pk" not in plan, plan
