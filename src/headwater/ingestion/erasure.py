@@ -70,6 +70,11 @@ def remove_older(
 
 
 def _remove(connection: Connection, dataset_pk: uuid.UUID, where: Any, limit: int) -> Removed:
+    """Remove up to `limit` visible records of the dataset `where` picks. Each is deleted
+    by its whole key, its company's id beside its `seq`: by `seq` alone, a PostgreSQL
+    without statistics on `records` took `seq` for a column of repeats and read the
+    whole table to join the picked ones to it (0.5 s a batch in a million records,
+    against 2 ms)."""
     picked = (
         select(Record.seq)
         .where(Record.dataset_pk == dataset_pk, where, staging.visible(dataset_pk))
@@ -77,10 +82,11 @@ def _remove(connection: Connection, dataset_pk: uuid.UUID, where: Any, limit: in
         .limit(limit)
         .scalar_subquery()
     )
+    company = select(Dataset.company_id).where(Dataset.id == dataset_pk).scalar_subquery()
     rows = list(
         connection.execute(
             delete(Record)
-            .where(Record.seq.in_(picked))
+            .where(Record.company_id == company, Record.seq.in_(picked))
             .returning(
                 Record.seq,
                 Record.record_id,
