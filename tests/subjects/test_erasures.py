@@ -12,6 +12,7 @@ from sqlalchemy import event, inspect, select, text
 from starlette.testclient import TestClient
 
 from headwater.runtime import Runtime
+from headwater.subjects import runner
 from tests.downstream.test_exports import ask, export, read, run_exports
 from tests.factories import assert_problem, auth, create_credential, get_token
 from tests.files.conftest import CSV_HEADER
@@ -451,3 +452,19 @@ def test_an_erasure_finds_its_records_by_the_subject_index_alone(
     if postgresql:  # each record found is deleted by its whole key: one row a probe
         assert re.search(r"Index Cond: \(\(seq = .*\) AND \(company_id = ", plan), plan
     assert "ix_records_dataset_pk" not in plan, plan
+
+
+def test_many_subjects_are_removed_a_few_digests_a_statement_across_batches(
+    subject_tenant: SubjectTenant, monkeypatch: Any
+) -> None:
+    """Seven people of three records each, erased two digests a statement and two
+    records a transaction (so a statement's digests are probed again in the next):
+    every record of theirs goes, counted once, and nobody else's."""
+    monkeypatch.setattr(runner, "RECORD_BATCH", 2)
+    monkeypatch.setattr(runner.ingestion, "SUBJECT_PROBES", 2)
+    people = [f"person{n}@example.com" for n in range(8)]
+    subject_tenant.push([customer(10 * i + k, p) for i, p in enumerate(people) for k in range(3)])
+    done = subject_tenant.erased(*people[:7])
+    assert done["status"] == "completed", done
+    assert done["counts"]["records"] == 21
+    assert _emails(subject_tenant.all_records()) == [people[7]] * 3

@@ -477,6 +477,7 @@ def find_suppression(
 usable_client = datasets.usable_client
 whole_values = subjects.whole_values
 remove_subjects = erasure.remove_subjects
+SUBJECT_PROBES = erasure.PROBES
 remove_older = erasure.remove_older
 mark_file_erased = erasure.mark_file_erased
 suppress = erasure.suppress

@@ -144,17 +144,28 @@ class _Run:
     # --- the steps ----------------------------------------------------------------------
 
     def records(self, dataset: ingestion.SubjectDataset) -> None:
-        while True:
+        """Remove the subjects' records, up to `RECORD_BATCH` a transaction, probing
+        `SUBJECT_PROBES` digests a statement."""
+        step = ingestion.SUBJECT_PROBES
+        left = [self.digests[i : i + step] for i in range(0, len(self.digests), step)]
+        while left:
             with self.db.begin() as connection:
                 self.own(connection)
-                removed = ingestion.remove_subjects(
-                    connection, dataset.dataset_pk, self.digests, limit=RECORD_BATCH
-                )
-                if removed.count:
-                    self.note(connection, dataset.dataset_pk, dict(removed.transactions))
-                    self.add(connection, records=removed.count)
-            if removed.count < RECORD_BATCH:
-                return
+                count = 0
+                transactions: dict[uuid.UUID, datetime | None] = {}
+                while left and count < RECORD_BATCH:
+                    limit = RECORD_BATCH - count
+                    removed = ingestion.remove_subjects(
+                        connection, dataset.dataset_pk, left[0], limit=limit
+                    )
+                    count += removed.count
+                    for transaction_id, at in removed.transactions.items():
+                        transactions.setdefault(transaction_id, at)
+                    if removed.count < limit:  # none left of these digests
+                        left.pop(0)
+                if count:
+                    self.note(connection, dataset.dataset_pk, transactions)
+                    self.add(connection, records=count)
 
     def rows(self, dataset: ingestion.SubjectDataset) -> None:
         with self.db.read_connection() as connection:
