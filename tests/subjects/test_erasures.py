@@ -415,6 +415,35 @@ def test_a_token_limited_to_one_client_erases_and_suppresses_within_it(
     assert [e["erasure_id"] for e in listed] == [made.json()["erasure_id"]]
 
 
+def _plans_of_removals(tenant: SubjectTenant, table: str, *subjects: str) -> list[str]:
+    """Erase `subjects`; the plan of each `DELETE FROM table` the erasure ran."""
+    db = _runtime(tenant).db
+    removals: list[tuple[str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if statement.lstrip().startswith(f"DELETE FROM {table}"):
+            removals.append((statement, params))
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        tenant.erased(*subjects)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", seen)
+    plans = []
+    with db.engine.connect() as connection:
+        raw = connection.connection.dbapi_connection
+        assert raw is not None
+        cursor = raw.cursor()
+        postgresql = connection.dialect.name == "postgresql"
+        for statement, params in removals:
+            explain = "EXPLAIN " if postgresql else "EXPLAIN QUERY PLAN "
+            cursor.execute(explain + statement, params)
+            plans.append("\n".join(str(row[-1]) for row in cursor.fetchall()))
+        connection.rollback()
+    assert plans
+    return plans
+
+
 def test_an_erasure_finds_its_records_by_the_subject_index_alone(
     subject_tenant: SubjectTenant,
 ) -> None:
@@ -425,33 +454,28 @@ def test_an_erasure_finds_its_records_by_the_subject_index_alone(
     read the whole table to join it (0.5 s a batch in a million records)."""
     for start in range(0, 2000, 500):
         subject_tenant.push([customer(n, f"p{n}@example.com") for n in range(start, start + 500)])
-    db = _runtime(subject_tenant).db
-    removals: list[tuple[str, Any]] = []
+    for plan in _plans_of_removals(subject_tenant, "records", "p7@example.com"):
+        assert "ix_records_subject" in plan, plan
+        assert not re.search(r"Seq Scan on records\b|SCAN records\b", plan), plan
+        if "Index Cond" in plan:  # PostgreSQL: each found deleted by its whole key
+            assert re.search(r"Index Cond: \(\(seq = .*\) AND \(company_id = ", plan), plan
 
-    def seen(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if statement.lstrip().startswith("DELETE FROM records"):
-            removals.append((statement, params))
 
-    event.listen(db.engine, "before_cursor_execute", seen)
-    try:
-        subject_tenant.erased("p7@example.com")
-    finally:
-        event.remove(db.engine, "before_cursor_execute", seen)
-    assert removals
-    statement, params = removals[0]
-    with db.engine.connect() as connection:
-        raw = connection.connection.dbapi_connection
-        assert raw is not None
-        cursor = raw.cursor()
-        postgresql = connection.dialect.name == "postgresql"
-        cursor.execute(("EXPLAIN " if postgresql else "EXPLAIN QUERY PLAN ") + statement, params)
-        plan = "\n".join(str(row[-1]) for row in cursor.fetchall())
-        connection.rollback()
-    assert "ix_records_subject" in plan, plan
-    assert not re.search(r"Seq Scan on records\b|SCAN records\b", plan), plan
-    if postgresql:  # each record found is deleted by its whole key: one row a probe
-        assert re.search(r"Index Cond: \(\(seq = .*\) AND \(company_id = ", plan), plan
-    assert "ix_records_dataset_pk" not in plan, plan
+def test_an_erasure_removes_quarantined_rows_by_their_whole_key(
+    subject_tenant: SubjectTenant,
+) -> None:
+    """The rows an erasure found are deleted by `seq` and the company (the primary key on
+    PostgreSQL), not by `seq` alone, which a planner without statistics answers with a
+    read of the whole table when the rows are many."""
+    csv = CSV_HEADER + "".join(
+        f"Q-{n},q{n}@example.com,not-a-number,{n},true,2026-11-22T10:00:00Z\n" for n in range(50)
+    )
+    assert subject_tenant.upload(csv)["records_rejected"] == 50
+    plans = _plans_of_removals(subject_tenant, "quarantined_rows", "q7@example.com")
+    for plan in plans:
+        assert not re.search(r"Seq Scan on quarantined_rows\b|SCAN quarantined_rows\b", plan)
+        if "Index Cond" in plan:
+            assert re.search(r"Index Cond: \(\(seq = .*\) AND \(company_id = ", plan), plan
 
 
 def test_many_subjects_are_removed_a_few_digests_a_statement_across_batches(

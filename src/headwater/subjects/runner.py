@@ -181,7 +181,8 @@ class _Run:
                 continue
             with self.db.begin() as connection:
                 self.own(connection)
-                removed = quarantine.remove_rows(connection, [seq for seq, _ in hit])
+                seqs = [seq for seq, _ in hit]
+                removed = quarantine.remove_rows(connection, self.company_id, seqs)
                 if removed:
                     self.note(connection, dataset.dataset_pk, dict.fromkeys(t for _, t in hit))
                     self.add(connection, quarantined_rows=removed)
