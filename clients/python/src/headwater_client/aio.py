@@ -12,7 +12,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from headwater_client import _calls as calls
-from headwater_client._base import WAIT_STEP, BaseClient
+from headwater_client._base import WAIT_STEP, BaseClient, ssl_context
 from headwater_client._batches import Batch, Batcher
 from headwater_client._bind import afetch, alisting, andjson_records
 from headwater_client._calls import Call
@@ -72,7 +72,7 @@ class AsyncClient(BaseClient):
         **options: Any,
     ) -> None:
         super().__init__(url, client_id, client_secret, **options)
-        self._http = http_client or httpx.AsyncClient(timeout=self.timeout)
+        self._http = http_client or httpx.AsyncClient(timeout=self.timeout, verify=ssl_context())
         self._token_lock = asyncio.Lock()
 
     async def aclose(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Protocol, Self, TypeVar
 import httpx
 
 from headwater_client import _calls as calls
-from headwater_client._base import WAIT_STEP, BaseClient
+from headwater_client._base import WAIT_STEP, BaseClient, ssl_context
 from headwater_client._batches import Batch, Batcher
 from headwater_client._bind import fetch, listing, ndjson_lines, ndjson_records
 from headwater_client._calls import Call
@@ -67,7 +67,7 @@ class Client(BaseClient):
         **options: Any,
     ) -> None:
         super().__init__(url, client_id, client_secret, **options)
-        self._http = http_client or httpx.Client(timeout=self.timeout)
+        self._http = http_client or httpx.Client(timeout=self.timeout, verify=ssl_context())
         self._token_lock = threading.Lock()
 
     def close(self) -> None:
