@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from argon2 import PasswordHasher
@@ -52,6 +53,23 @@ hypothesis_settings.load_profile("headwater")
 # cost, and `real_secret_hashing` gives a test the real one.
 REAL_HASHER = identity_secrets._hasher
 identity_secrets._hasher = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+
+
+# One SSL context for the httpx clients of this process that ask for the default one:
+# httpx builds one for each client (and each `httpx.get`), loading certifi's bundle
+# again, about 50 ms of CPU, and the server step makes over a thousand (py-spy: 55-75 s
+# of that step's CPU). A context serves any number of connections at once.
+_DEFAULT_SSL = httpx.create_ssl_context()
+_create_ssl_context = httpx.create_ssl_context
+
+
+def _shared_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+    if verify is True and cert is None and trust_env:
+        return _DEFAULT_SSL
+    return _create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+
+
+httpx._transports.default.create_ssl_context = _shared_ssl_context  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -154,8 +172,8 @@ def base_settings(database_url: str | None, data_root: Path, backend: str) -> di
         "token_failures_per_minute": 100_000,
         "worker_enabled": False,
         "log_level": "WARNING",
-        # the suite's budget: 2 pytest workers, each with a few apps and server processes,
-        # stay well within the 40 PostgreSQL connections the suite may hold
+        # the suite's budget: 2 pytest workers (3 in the server step), each with a few
+        # apps and server processes, stay within the 40 PostgreSQL connections it may hold
         "db_connections": 10,
         # shared with the server processes the tests start (contract 19)
         "webhook_secret_key": SEALING_KEY,
