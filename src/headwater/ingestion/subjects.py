@@ -12,32 +12,14 @@ subject as given, and as a `hash` step would have written it (with and without
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from headwater.ingestion import transforms
+from headwater.kit.hmac256 import Hmac256
 
 _PREFIX = b"subject\n"
-
-
-class _Mac:
-    """HMAC-SHA256 (RFC 2104) under one key, its two padded key blocks hashed once:
-    each digest then costs two copies of a hash state and two short updates (1.6 µs
-    against 2.8 µs for a copy of `hmac.HMAC`, measured on 500 addresses)."""
-
-    def __init__(self, key: bytes) -> None:
-        block = (hashlib.sha256(key).digest() if len(key) > 64 else key).ljust(64, b"\0")
-        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block) + _PREFIX)
-        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
-
-    def __call__(self, text: str) -> bytes:
-        inner = self._inner.copy()
-        inner.update(text.encode())
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        return outer.digest()[: transforms.DIGEST_BYTES]
 
 
 def text_of(value: Any) -> str | None:
@@ -60,7 +42,10 @@ class Subjects:
     suppressed: frozenset[bytes] = frozenset()
 
     def __post_init__(self) -> None:
-        self.digest = _Mac(self.key)
+        self._mac = Hmac256(self.key, _PREFIX, transforms.DIGEST_BYTES)
+
+    def digest(self, text: str) -> bytes:
+        return self._mac(text.encode())
 
     def of(self, record: Any) -> bytes | None:
         """The digest of the record's subject (None: it has none)."""
@@ -81,15 +66,15 @@ class Subjects:
         if len(self.tokens) != 1:
             return [self.of(record) for record in records]
         # a top-level member (the usual key): one lookup a record, strings hashed at once
-        name, digest = self.tokens[0], self.digest
+        name, mac = self.tokens[0], self._mac
         found: list[bytes | None] = []
         for record in records:
             value = record.get(name) if isinstance(record, dict) else None
             if type(value) is str:
-                found.append(digest(value))
+                found.append(mac(value.encode()))
             else:
                 text = text_of(value)
-                found.append(None if text is None else digest(text))
+                found.append(None if text is None else mac(text.encode()))
         return found
 
 
@@ -99,7 +84,7 @@ class Forms:
     are compiled once, for every subject of an erasure."""
 
     def __init__(self, key: bytes) -> None:
-        self._digest = _Mac(key)
+        self._mac = Hmac256(key, _PREFIX, transforms.DIGEST_BYTES)
         steps = [
             transforms.compile_steps(0, [{"op": "hash", "path": "/v", "lowercase": lower}], key)
             for lower in (False, True)
@@ -113,7 +98,7 @@ class Forms:
             output, _ = steps.run({"v": subject})
             assert output is not None
             forms.append(output["v"])
-        return list(dict.fromkeys(map(self._digest, forms)))
+        return list(dict.fromkeys(self._mac(form.encode()) for form in forms))
 
 
 def digests(key: bytes, subjects: Iterable[str]) -> list[bytes]:

@@ -11,14 +11,14 @@ window is a duplicate. A dataset has at most one `dedupe` step.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import orjson
+
+from headwater.kit.hmac256 import Hmac256
 
 MAX_STEPS = 50
 # A dedupe digest keeps the first 128 bits of its HMAC-SHA256: a false match among a
@@ -360,8 +360,8 @@ class Steps:
 
     def __init__(self, version: int, steps: Sequence[dict[str, Any]], key: bytes) -> None:
         self.version = version
-        # keyed once; copied for each value hashed and each digest
-        self._keyed = hmac.new(key, digestmod=hashlib.sha256)
+        # keyed once, for each value hashed and each digest
+        self._mac = Hmac256(key)
         self.dedupe: Dedupe | None = None
         self._ops: list[Op] = []
         for step in steps:
@@ -395,10 +395,10 @@ class Steps:
             return _string_op(tokens, lambda value: value[:limit])
         if op == "mask":
             return _string_op(tokens, _mask(step.get("keep_last", 4), step.get("char", "*")))
-        keyed = self._keyed
+        mac = self._mac.hex  # HMAC-SHA256 of the value's UTF-8 bytes, in hex
         if step.get("lowercase", False):
-            return _string_op(tokens, lambda value: _hmac(keyed, value.lower()))
-        return _string_op(tokens, lambda value: _hmac(keyed, value))
+            return _string_op(tokens, lambda value: mac(value.lower().encode()))
+        return _string_op(tokens, lambda value: mac(value.encode()))
 
     def run(self, record: dict[str, Any]) -> tuple[dict[str, Any] | None, bytes | None]:
         """The record's output (None: a filter kept it out; a copy where an op may
@@ -427,17 +427,8 @@ class Steps:
             if value is _MISSING:
                 return None
             values.append(value)
-        mac = self._keyed.copy()
-        mac.update(dedupe.salt + b"\n" + orjson.dumps(values, option=orjson.OPT_SORT_KEYS))
-        return mac.digest()[:DIGEST_BYTES]
-
-
-def _hmac(keyed: hmac.HMAC, value: str) -> str:
-    """HMAC-SHA256 of the value's UTF-8 bytes, from a copy of the keyed state (the key's
-    two pads are hashed once, not for every value)."""
-    mac = keyed.copy()
-    mac.update(value.encode())
-    return mac.hexdigest()
+        message = dedupe.salt + b"\n" + orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
+        return self._mac(message)[:DIGEST_BYTES]
 
 
 def compile_steps(version: int, steps: Sequence[dict[str, Any]], key: bytes) -> Steps | None:
