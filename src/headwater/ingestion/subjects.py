@@ -22,6 +22,12 @@ from headwater.kit.hmac256 import Hmac256
 _PREFIX = b"subject\n"
 
 
+def _mac(key: bytes) -> Hmac256:
+    """A subject's digest under `key`: HMAC-SHA256 of the prefix and its UTF-8 bytes,
+    cut to `transforms.DIGEST_BYTES`."""
+    return Hmac256(key, _PREFIX, transforms.DIGEST_BYTES)
+
+
 def text_of(value: Any) -> str | None:
     """A value as a subject: a string as it is, an integer as its JSON text; None for
     any other value (no subject)."""
@@ -42,7 +48,7 @@ class Subjects:
     suppressed: frozenset[bytes] = frozenset()
 
     def __post_init__(self) -> None:
-        self._mac = Hmac256(self.key, _PREFIX, transforms.DIGEST_BYTES)
+        self._mac = _mac(self.key)
 
     def digest(self, text: str) -> bytes:
         return self._mac(text.encode())
@@ -84,7 +90,7 @@ class Forms:
     are compiled once, for every subject of an erasure."""
 
     def __init__(self, key: bytes) -> None:
-        self._mac = Hmac256(key, _PREFIX, transforms.DIGEST_BYTES)
+        self._mac = _mac(key)
         steps = [
             transforms.compile_steps(0, [{"op": "hash", "path": "/v", "lowercase": lower}], key)
             for lower in (False, True)
