@@ -22,23 +22,25 @@ from typing import Any
 
 import pytest
 
+from tests import preloaded
 from tests.factories import SEALING_KEY
+from tests.preloaded import Process
 
 # the test being run (`tests/conftest.py` sets it before each test's set-up)
 CURRENT: list[pytest.Item] = []
 
 
-def start_server(argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+def start_server(argv: Sequence[str], **popen: Any) -> Process:
     """`subprocess.Popen(argv)` of a long-running Headwater process, for a test marked
-    `http` only."""
+    `http` only; forked from one that has imported Headwater where it may be
+    (`tests/preloaded.py`)."""
     if CURRENT and CURRENT[-1].get_closest_marker("http") is None:
         pytest.fail(
             f"{CURRENT[-1].nodeid} starts a server process ({' '.join(argv[2:4])}): "
             "mark it @pytest.mark.http",
             pytrace=False,
         )
-    process: subprocess.Popen[bytes] = subprocess.Popen(argv, **popen)
-    return process
+    return preloaded.launch(argv, **popen)
 
 
 def free_port() -> int:
@@ -64,7 +66,7 @@ def status_of(url: str, *, headers: dict[str, str] | None = None, timeout: float
         connection.close()
 
 
-def wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
+def wait_healthy(base: str, process: Process, log: Path) -> None:
     """Wait (up to 60 s) until the server at `base` answers /healthz; raise with its log
     if it exits or never answers."""
     deadline = time.monotonic() + 60
@@ -136,7 +138,7 @@ class ServerProcess:
         self.command = command
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Process | None = None
 
     def start(self) -> ServerProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +188,7 @@ class Listener:
     """A `headwater sftp` or `headwater smtp` process on a loopback port."""
 
     port: int
-    process: subprocess.Popen[bytes]
+    process: Process
     log: Path
 
     def stop(self) -> None:

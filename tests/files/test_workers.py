@@ -26,6 +26,7 @@ from headwater.runtime import Runtime
 from tests.factories import SEALING_KEY
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
 from tests.http_server import same_database, start_server
+from tests.preloaded import Process
 
 
 def runtime_of(client: TestClient) -> Runtime:
@@ -104,7 +105,7 @@ def test_several_workers_share_the_queue_without_processing_a_file_twice(
 @contextmanager
 def worker_inside_file(
     tenant: FileTenant, settings: Settings, transaction_id: str, log_name: str, **env: str
-) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+) -> Iterator[tuple[Process, Path]]:
     """A `headwater worker` process, once it has claimed the job and committed some of
     the file's batches (status `processing`); killed at the end if it still runs."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("HEADWATER_")} | {

@@ -1,0 +1,134 @@
+"""Headwater's server processes, forked from a process that has already imported them.
+
+Importing the API, a channel's server or the worker costs a new interpreter 0.8-1.5 s
+of CPU, and the server step starts hundreds of them: that was some 40% of its CPU. So
+each pytest process keeps a fork server (multiprocessing's "forkserver") that imports
+them once; a server process is forked from it and runs `python -m headwater.cli ARGS`
+as that command would (`runpy`, with its own environment, working directory and log).
+It is a real process on real sockets, signalled, killed and reaped as one, and `Forked`
+answers for it as `subprocess.Popen` would.
+
+A command runs this way only when a new interpreter would import nothing differently:
+`serve` with one API process and neither SFTP nor SMTP beside it (several API processes
+are spawned anew by uvicorn's supervisor; SFTP or SMTP beside the API set up metrics for
+several processes before the API is imported), `worker`, `sftp` and `smtp`, with their
+output going to a file. `launch` gives every other command to `subprocess.Popen`."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import runpy
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+# what the commands import before their first line of work (`python -X importtime`)
+_PRELOAD = [
+    "typer",
+    "headwater.main",
+    "headwater.worker",
+    "headwater.sftp.server",
+    "headwater.inbox.server",
+    "headwater.ops.logs",
+    "headwater.migrations",
+    "alembic.command",
+    "uvicorn",
+    "aiohttp",
+]
+_COMMANDS = {"serve", "worker", "sftp", "smtp"}
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(_PRELOAD)
+
+
+class Forked:
+    """A forked server process, with the part of `subprocess.Popen` the tests use."""
+
+    def __init__(self, args: Sequence[str], process: Any) -> None:
+        self.args = list(args)
+        self._process = process
+        self.pid: int = process.pid
+        self.stdout = self.stderr = None
+
+    @property
+    def returncode(self) -> int | None:
+        code: int | None = self._process.exitcode
+        return code
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self.returncode is None:
+            assert timeout is not None
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+Process = subprocess.Popen[bytes] | Forked
+
+
+def launch(argv: Sequence[str], **popen: Any) -> Process:
+    """`subprocess.Popen(argv, **popen)`, forked from the fork server where it may be."""
+    args = forkable(argv, popen)
+    if args is None:
+        return subprocess.Popen(argv, **popen)
+    env = dict(popen.get("env") or os.environ)
+    log = popen["stdout"].name
+    process = _CONTEXT.Process(
+        target=_run, args=(args, env, popen.get("cwd"), log), name=args[0], daemon=True
+    )
+    process.start()
+    return Forked(argv, process)
+
+
+def forkable(argv: Sequence[str], popen: dict[str, Any]) -> list[str] | None:
+    """The command's arguments when it may be forked, else None."""
+    if list(argv[1:3]) != ["-m", "headwater.cli"] or len(argv) < 4 or argv[3] not in _COMMANDS:
+        return None
+    if set(popen) - {"env", "cwd", "stdout", "stderr"} or popen.get("stderr") != subprocess.STDOUT:
+        return None
+    if not isinstance(getattr(popen.get("stdout"), "name", None), str):
+        return None  # output to a pipe, or inherited
+    args = list(argv[3:])
+    env = popen.get("env") or os.environ
+    if "PROMETHEUS_MULTIPROC_DIR" in env:
+        return None
+    if args[0] == "serve":
+        beside = [
+            env.get(f"HEADWATER_{channel.upper()}_PORT") != "0" and f"--no-{channel}" not in args
+            for channel in ("sftp", "smtp")
+        ]
+        if "--workers" in args or any(beside):
+            return None
+    return args
+
+
+def _run(args: list[str], env: dict[str, str], cwd: str | None, log: str) -> None:
+    """In the forked process: become `python -m headwater.cli ARGS`."""
+    os.environ.clear()
+    os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    from headwater.config import get_settings
+
+    get_settings.cache_clear()  # read from this environment, not the fork server's
+    sys.argv = ["headwater.cli", *args]
+    runpy.run_module("headwater.cli", run_name="__main__", alter_sys=True)
