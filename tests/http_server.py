@@ -109,20 +109,12 @@ def claimed_together(code: str, argvs: Sequence[Sequence[str]], env: dict[str, s
     waits for it, claims what it can and prints what it took, comma-separated. Everything
     they took, once every process has exited 0."""
     start = str(time.time() + 1.5)
-    running = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, *argv, start],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for argv in argvs
-    ]
+    running = [preloaded.start_script(code, *argv, start, env=env) for argv in argvs]
     taken: list[str] = []
     for process in running:
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == 0, err
+        done = process.finish()
+        out = done.stdout
+        assert done.returncode == 0, done.stderr
         taken += [item for item in out.strip().split(",") if item]
     return taken
 

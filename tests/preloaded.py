@@ -6,7 +6,9 @@ each pytest process keeps a fork server (multiprocessing's "forkserver") that im
 them once; a server process is forked from it and runs `python -m headwater.cli ARGS`
 as that command would (`runpy`, with its own environment, working directory and log).
 It is a real process on real sockets, signalled, killed and reaped as one, and `Forked`
-answers for it as `subprocess.Popen` would.
+answers for it as `subprocess.Popen` would. Scripts that import Headwater to race each
+other or to die at a step (`python -c CODE`) are forked the same way (`run_script`,
+`start_script`).
 
 A command runs this way only when a new interpreter would import nothing differently:
 `serve` with one API process and neither SFTP nor SMTP beside it (several API processes
@@ -19,10 +21,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 # what the commands import before their first line of work (`python -X importtime`)
@@ -117,18 +122,70 @@ def forkable(argv: Sequence[str], popen: dict[str, Any]) -> list[str] | None:
     return args
 
 
-def _run(args: list[str], env: dict[str, str], cwd: str | None, log: str) -> None:
-    """In the forked process: become `python -m headwater.cli ARGS`."""
+def run_script(code: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([python, "-c", code, *args], env=env, capture_output=True,
+    text=True, timeout=120)`, forked: for scripts that import Headwater and race or die."""
+    return start_script(code, *args, env=env).finish()
+
+
+def start_script(code: str, *args: str, env: dict[str, str]) -> Script:
+    """`python -c CODE ARGS` forked, its output kept in files until `finish`."""
+    files = Path(tempfile.mkdtemp(prefix="script-"))
+    out, err = str(files / "out"), str(files / "err")
+    process = _CONTEXT.Process(
+        target=_run_script, args=(code, list(args), env, out, err), name="script", daemon=True
+    )
+    process.start()
+    return Script(["-c", code, *args], process, files)
+
+
+class Script(Forked):
+    """A forked `python -c` and the files its output goes to."""
+
+    def __init__(self, args: Sequence[str], process: Any, files: Path) -> None:
+        super().__init__(args, process)
+        self.files = files
+
+    def finish(self, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Wait for it (killed after `timeout`, as `subprocess.run` does) and read what it
+        wrote."""
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.wait()
+            raise
+        finally:
+            out, err = ((self.files / name).read_text() for name in ("out", "err"))
+            shutil.rmtree(self.files, ignore_errors=True)
+        return subprocess.CompletedProcess(self.args, self.wait(), out, err)
+
+
+def _become(env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
+    """In a forked process: take `env` as the whole environment, `cwd` as the working
+    directory, and send standard output and error to the files `out` and `err`."""
     os.environ.clear()
     os.environ.update(env)
     if cwd is not None:
         os.chdir(cwd)
-    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
+    for path, fd in ((out, 1), (err, 2)):
+        opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.dup2(opened, fd)
+        os.close(opened)
     from headwater.config import get_settings
 
     get_settings.cache_clear()  # read from this environment, not the fork server's
+
+
+def _run(args: list[str], env: dict[str, str], cwd: str | None, log: str) -> None:
+    """In the forked process: become `python -m headwater.cli ARGS`."""
+    _become(env, cwd, log, log)
     sys.argv = ["headwater.cli", *args]
     runpy.run_module("headwater.cli", run_name="__main__", alter_sys=True)
+
+
+def _run_script(code: str, args: list[str], env: dict[str, str], out: str, err: str) -> None:
+    """In the forked process: become `python -c CODE ARGS`."""
+    _become(env, None, out, err)
+    sys.argv = ["-c", *args]
+    exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102

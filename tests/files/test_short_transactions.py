@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -26,6 +24,7 @@ from headwater.files import processing
 from headwater.ingestion import api as ingestion_api
 from headwater.ingestion.models import Record, StagedTransaction
 from headwater.runtime import Runtime
+from tests import preloaded
 from tests.factories import create_credential
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
 from tests.files.test_workers import job_of, shown, stored, uploaded
@@ -206,10 +205,8 @@ def kill_at(step: str, settings: Settings) -> None:
         same_database(settings.data_dir, settings.database_url)
         | {"HEADWATER_FILE_BATCH_ROWS": "1000", "HEADWATER_LOG_LEVEL": "WARNING"}
     )
-    doomed = subprocess.run(
-        [sys.executable, "-c", KILLED_AT, step], env=env, capture_output=True, timeout=120
-    )
-    assert doomed.returncode == -signal.SIGKILL, doomed.stderr.decode()
+    doomed = preloaded.run_script(KILLED_AT, step, env=env)
+    assert doomed.returncode == -signal.SIGKILL, doomed.stderr
 
 
 def take_over(make_client: Callable[..., TestClient]) -> None:

@@ -89,3 +89,27 @@ def test_only_commands_that_import_nothing_else_are_forked(
         # output to a pipe is a new interpreter's too
         popen["stdout"] = subprocess.PIPE
         assert preloaded.forkable([*CLI, *args], popen) is None
+
+
+SCRIPTS = {
+    "exits": "import sys; print(sys.argv[1:]); sys.exit(3)",
+    "reads its environment": "import os; print(os.environ['ONLY_HERE'])",
+    "raises": "import headwater.worker; raise ValueError('no good')",
+    "dies": "import os, signal; print('dying', flush=True); os.kill(os.getpid(), signal.SIGKILL)",
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_forked_script_ends_as_python_c_does(name: str) -> None:
+    env = {"ONLY_HERE": "yes", "PATH": "/usr/bin:/bin"}
+    forked = preloaded.run_script(SCRIPTS[name], "a", "b", env=env)
+    new = subprocess.run(
+        [sys.executable, "-c", SCRIPTS[name], "a", "b"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (forked.returncode, forked.stdout) == (new.returncode, new.stdout)
+    assert forked.stderr.splitlines()[-1:] == new.stderr.splitlines()[-1:]

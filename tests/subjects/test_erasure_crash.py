@@ -5,8 +5,6 @@ exact."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
+from tests import preloaded
 from tests.downstream.test_exports import ask, read, run_exports
 from tests.files.conftest import CSV_HEADER
 from tests.http_server import process_env, same_database
@@ -71,10 +70,8 @@ def _kill_at(step: str, settings: Settings) -> None:
     env = process_env(
         same_database(settings.data_dir, settings.database_url) | {"HEADWATER_LOG_LEVEL": "WARNING"}
     )
-    doomed = subprocess.run(
-        [sys.executable, "-c", KILLED_AT, step], env=env, capture_output=True, timeout=120
-    )
-    assert doomed.returncode == -signal.SIGKILL, doomed.stderr.decode()
+    doomed = preloaded.run_script(KILLED_AT, step, env=env)
+    assert doomed.returncode == -signal.SIGKILL, doomed.stderr
 
 
 def _everywhere(tenant: SubjectTenant) -> dict[str, Any]:

@@ -4,8 +4,7 @@ its event, and after the commit both (contract section 13)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 import textwrap
 import time
 
@@ -13,6 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
+from tests import preloaded
 from tests.http_server import ServerProcess
 from tests.webhooks.conftest import HookTenant, worker_env
 from tests.webhooks.receiver import Receiver
@@ -92,22 +92,17 @@ def test_a_change_and_its_event_are_both_kept_or_neither(
     client: TestClient = hooks.client
     workflow = hooks.workflow()
     _, cursor = hooks.follow()
-    process = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            CHANGE,
-            str(settings.data_dir),
-            settings.database_url or "",
-            hooks.company_id,
-            hooks.credential["author_id"],
-            workflow["id"],
-            when,
-        ],
-        capture_output=True,
-        timeout=60,
+    process = preloaded.run_script(
+        CHANGE,
+        str(settings.data_dir),
+        settings.database_url or "",
+        hooks.company_id,
+        hooks.credential["author_id"],
+        workflow["id"],
+        when,
+        env=dict(os.environ),
     )
-    assert process.returncode == -9, process.stderr.decode()
+    assert process.returncode == -9, process.stderr
     time.sleep(0.1)
     status = client.get(f"/app/v1/workflows/{workflow['id']}", headers=headers).json()["status"]
     events, _ = hooks.follow(cursor)
