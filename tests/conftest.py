@@ -172,7 +172,7 @@ def base_settings(database_url: str | None, data_root: Path, backend: str) -> di
         "token_failures_per_minute": 100_000,
         "worker_enabled": False,
         "log_level": "WARNING",
-        # the suite's budget: 2 pytest workers (3 in the server step), each with a few
+        # the suite's budget: 3 pytest workers in each step, each with a few
         # apps and server processes, stay within the 40 PostgreSQL connections it may hold
         "db_connections": 10,
         # shared with the server processes the tests start (contract 19)
