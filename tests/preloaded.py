@@ -155,10 +155,14 @@ class Script(Forked):
             self.kill()
             self.wait()
             raise
-        finally:
-            out, err = ((self.files / name).read_text() for name in ("out", "err"))
+        finally:  # a process that died before it opened them wrote nothing
+            out, err = (_text(self.files / name) for name in ("out", "err"))
             shutil.rmtree(self.files, ignore_errors=True)
         return subprocess.CompletedProcess(self.args, self.wait(), out, err)
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def _become(env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
