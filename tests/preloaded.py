@@ -122,10 +122,13 @@ def forkable(argv: Sequence[str], popen: dict[str, Any]) -> list[str] | None:
     return args
 
 
-def run_script(code: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_script(
+    code: str, *args: str, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """`subprocess.run([python, "-c", code, *args], env=env, capture_output=True,
-    text=True, timeout=120)`, forked: for scripts that import Headwater and race or die."""
-    return start_script(code, *args, env=env).finish()
+    text=True, timeout=timeout)`, forked: for scripts that import Headwater and race or
+    die."""
+    return start_script(code, *args, env=env).finish(timeout)
 
 
 def start_script(code: str, *args: str, env: dict[str, str]) -> Script:

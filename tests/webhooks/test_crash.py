@@ -101,6 +101,7 @@ def test_a_change_and_its_event_are_both_kept_or_neither(
         workflow["id"],
         when,
         env=dict(os.environ),
+        timeout=60,
     )
     assert process.returncode == -9, process.stderr
     time.sleep(0.1)
