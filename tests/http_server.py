@@ -24,13 +24,12 @@ import pytest
 
 from tests import preloaded
 from tests.factories import SEALING_KEY
-from tests.preloaded import Process
 
 # the test being run (`tests/conftest.py` sets it before each test's set-up)
 CURRENT: list[pytest.Item] = []
 
 
-def start_server(argv: Sequence[str], **popen: Any) -> Process:
+def start_server(argv: Sequence[str], **popen: Any) -> preloaded.Process:
     """`subprocess.Popen(argv)` of a long-running Headwater process, for a test marked
     `http` only; forked from one that has imported Headwater where it may be
     (`tests/preloaded.py`)."""
@@ -66,7 +65,7 @@ def status_of(url: str, *, headers: dict[str, str] | None = None, timeout: float
         connection.close()
 
 
-def wait_healthy(base: str, process: Process, log: Path) -> None:
+def wait_healthy(base: str, process: preloaded.Process, log: Path) -> None:
     """Wait (up to 60 s) until the server at `base` answers /healthz; raise with its log
     if it exits or never answers."""
     deadline = time.monotonic() + 60
@@ -130,7 +129,7 @@ class ServerProcess:
         self.command = command
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process: Process | None = None
+        self.process: preloaded.Process | None = None
 
     def start(self) -> ServerProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -180,7 +179,7 @@ class Listener:
     """A `headwater sftp` or `headwater smtp` process on a loopback port."""
 
     port: int
-    process: Process
+    process: preloaded.Process
     log: Path
 
     def stop(self) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# what the commands import before their first line of work (`python -X importtime`)
+# what the commands import while they start (`python -X importtime` of `serve`)
 _PRELOAD = [
     "typer",
     "headwater.main",
@@ -55,7 +55,6 @@ class Forked:
         self.args = list(args)
         self._process = process
         self.pid: int = process.pid
-        self.stdout = self.stderr = None
 
     @property
     def returncode(self) -> int | None:
@@ -153,7 +152,7 @@ class Script(Forked):
         """Wait for it (killed after `timeout`, as `subprocess.run` does) and read what it
         wrote."""
         try:
-            self.wait(timeout)
+            code = self.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             self.wait()
@@ -161,7 +160,7 @@ class Script(Forked):
         finally:  # a process that died before it opened them wrote nothing
             out, err = (_text(self.files / name) for name in ("out", "err"))
             shutil.rmtree(self.files, ignore_errors=True)
-        return subprocess.CompletedProcess(self.args, self.wait(), out, err)
+        return subprocess.CompletedProcess(self.args, code, out, err)
 
 
 def _text(path: Path) -> str:
