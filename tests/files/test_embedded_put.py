@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
+import json
+import socket
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
-from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
+from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker, served_files
 
 BODY = (CSV_HEADER + csv_rows(3)).encode()
 
@@ -203,3 +208,41 @@ def test_no_upload_route_for_an_s3_store(file_tenant: FileTenant, client: TestCl
     ticket = file_tenant.upload_url()
     response = client.post(urlsplit(ticket["upload_url"]).path, content=BODY)
     assert response.status_code == 405
+
+
+@pytest.mark.http
+def test_a_retry_while_a_dead_put_still_arrives_is_taken_and_the_first_to_finish_is_the_file(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    """A client whose connection died retries at once, before the server has noticed the
+    death: the retry is taken (S3 takes both); the PUT that finishes first is the file and
+    the other answers 403 as a used URL, leaving nothing behind."""
+    late = (CSV_HEADER + csv_rows(2)).encode()
+    with served_files(tmp_path, database_url) as served:
+        ticket = served.upload_url()
+        parts = urlsplit(ticket["upload_url"])
+        incoming = tmp_path / "store" / "incoming"
+        head = (
+            f"PUT {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+            f"Content-Type: text/csv\r\nContent-Length: {len(late)}\r\n\r\n"
+        ).encode()
+        with socket.create_connection((parts.hostname, parts.port), timeout=30) as stalled:
+            stalled.sendall(head + late[:10])
+            deadline = time.monotonic() + 30
+            while not list(incoming.iterdir()):  # the server is receiving the first PUT
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            retry = httpx.put(
+                ticket["upload_url"],
+                content=(CSV_HEADER + csv_rows(3, 100)).encode(),
+                headers=ticket["headers"],
+            )
+            assert retry.status_code == 200, retry.text
+            stalled.sendall(late[10:])
+            answer = http.client.HTTPResponse(stalled)
+            answer.begin()
+            assert answer.status == 403
+            assert "used" in json.loads(answer.read())["detail"]
+        transaction = served.settled(ticket["transaction_id"])
+        assert (transaction["status"], transaction["records_accepted"]) == ("completed", 3)
+        assert list(incoming.iterdir()) == []

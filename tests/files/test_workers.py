@@ -24,7 +24,7 @@ from headwater.files.models import FileJob, FileUpload
 from headwater.ingestion.models import Record
 from headwater.runtime import Runtime
 from tests.factories import SEALING_KEY
-from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
+from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker, served_files
 from tests.http_server import same_database, start_server
 from tests.preloaded import Process
 
@@ -267,49 +267,9 @@ def test_serve_processes_uploads_by_itself_over_real_http(
 ) -> None:
     import httpx
 
-    from tests.factories import OPERATOR_ID, OPERATOR_SECRET, auth, get_token
-    from tests.http_server import running_server
-    from tests.ingestion.conftest import SCHEMA
-
-    env = {
-        "HEADWATER_DATA_DIR": str(tmp_path),
-        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
-        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
-        "HEADWATER_LOG_LEVEL": "WARNING",
-    }
-    if database_url:
-        env["HEADWATER_DATABASE_URL"] = database_url
-    with running_server(env) as base, httpx.Client(base_url=base, timeout=30) as http:
-        admin = auth(get_token(http, OPERATOR_ID, OPERATOR_SECRET))
-        company = http.post("/admin/v1/companies", json={"name": "Real"}, headers=admin).json()
-        client_id = f"crm-{os.urandom(4).hex()}"
-        http.post(
-            f"/admin/v1/companies/{company['id']}/clients",
-            json={"client_id": client_id, "name": "CRM"},
-            headers=admin,
-        ).raise_for_status()
-        http.post(
-            f"/admin/v1/clients/{client_id}/datasets",
-            json={"dataset_id": "orders", "schema": SCHEMA},
-            headers=admin,
-        ).raise_for_status()
-        credential = http.post(
-            f"/admin/v1/companies/{company['id']}/credentials",
-            json={"name": "d", "scopes": ["data:read", "data:write"]},
-            headers=admin,
-        ).json()
-        headers = auth(get_token(http, credential["client_id"], credential["client_secret"]))
-        ticket = http.get(
-            "/platform/v1/data/file_upload_url",
-            params={
-                "client_id": client_id,
-                "dataset_id": "orders",
-                "file_name": "o.csv",
-                "content_type": "text/csv",
-            },
-            headers=headers,
-        ).json()
-        assert ticket["upload_url"].startswith(base + "/uploads/")
+    with served_files(tmp_path, database_url) as served:
+        ticket = served.upload_url("o.csv")
+        assert ticket["upload_url"].startswith(str(served.http.base_url).rstrip("/") + "/uploads/")
 
         def body() -> Any:  # streamed in pieces, with no Content-Length
             yield CSV_HEADER.encode()
@@ -318,29 +278,12 @@ def test_serve_processes_uploads_by_itself_over_real_http(
 
         response = httpx.put(ticket["upload_url"], content=body(), headers=ticket["headers"])
         assert response.status_code == 200, response.text
-        deadline = time.monotonic() + 60
-        while True:
-            transaction = http.get(
-                f"/platform/v1/transactions/{ticket['transaction_id']}", headers=headers
-            ).json()
-            if transaction["status"] not in ("awaiting_upload", "processing"):
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        transaction = served.settled(ticket["transaction_id"])
         assert transaction["status"] == "completed"
         assert transaction["records_accepted"] == 5000
 
         # a PUT cut off mid-body leaves nothing, and the URL can be used again
-        second = http.get(
-            "/platform/v1/data/file_upload_url",
-            params={
-                "client_id": client_id,
-                "dataset_id": "orders",
-                "file_name": "cut.csv",
-                "content_type": "text/csv",
-            },
-            headers=headers,
-        ).json()
+        second = served.upload_url("cut.csv")
         _cut_off_put(second["upload_url"], declared=10_000, sent=b"order_id,amount\nA,1\n")
         # the server drops the partial file when it sees the connection close, which on a
         # loaded machine can take more than a moment
@@ -349,8 +292,8 @@ def test_serve_processes_uploads_by_itself_over_real_http(
         while list(incoming.iterdir()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert list(incoming.iterdir()) == []
-        status = http.get(
-            f"/platform/v1/transactions/{second['transaction_id']}", headers=headers
+        status = served.http.get(
+            f"/platform/v1/transactions/{second['transaction_id']}", headers=served.headers
         ).json()["status"]
         assert status == "awaiting_upload"
         again = httpx.put(

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -313,28 +314,37 @@ def _check_put(db: Database, store: EmbeddedStore, put: SignedPut) -> Any:
     declared = put.content_length
     if declared is not None and declared.isdigit() and int(declared) > int(put.max_bytes):
         raise FileTooLarge(f"The file is larger than the limit of {put.max_bytes} bytes.")
+    # a PUT while another is still arriving is taken too (S3 takes both): a client that
+    # retries after a connection died must not wait for the server to notice the death
     with db.begin() as connection:
         taken = connection.execute(
             update(FileUpload)
-            .where(FileUpload.id == file_id, FileUpload.state == PENDING)
+            .where(FileUpload.id == file_id, FileUpload.state.in_([PENDING, RECEIVING]))
             .values(state=RECEIVING)
         ).rowcount
     if not taken:
-        raise UploadRefused("This upload URL has been used or is no longer valid.")
+        raise UploadRefused(_USED)
     return upload
 
 
-def _release(db: Database, file_id: uuid.UUID) -> None:
-    """After a failed PUT, the URL may be used again (until it expires)."""
+_USED = "This upload URL has been used or is no longer valid."
+
+
+def _release(db: Database, store: EmbeddedStore, upload: Any, *, placed: bool) -> None:
+    """After a failed PUT, the URL may be used again (until it expires). A body already
+    placed in the store is removed under the upload's row lock, so that it can never be
+    the file of another PUT that finished since."""
     try:
         with db.begin() as connection:
-            connection.execute(
+            released = connection.execute(
                 update(FileUpload)
-                .where(FileUpload.id == file_id, FileUpload.state == RECEIVING)
+                .where(FileUpload.id == upload.id, FileUpload.state.in_([PENDING, RECEIVING]))
                 .values(state=PENDING)
-            )
+            ).rowcount
+            if released and placed:
+                store.delete(upload.object_key)
     except Exception:
-        log.exception("could not release an upload after a failed PUT", file_id=str(file_id))
+        log.exception("could not release an upload after a failed PUT", file_id=str(upload.id))
 
 
 async def receive_upload(
@@ -348,6 +358,7 @@ async def receive_upload(
     upload = await anyio.to_thread.run_sync(_check_put, db, store, put)
     limit = int(put.max_bytes or 0)
     incoming: Incoming | None = None
+    placed = False
     try:
         incoming = await anyio.to_thread.run_sync(store.incoming_file, put.key)
         pending: list[bytes] = []
@@ -362,28 +373,36 @@ async def receive_upload(
                 pending, held = [], 0
         if pending:
             await anyio.to_thread.run_sync(incoming.write, b"".join(pending))
-        await anyio.to_thread.run_sync(incoming.commit)
+        await anyio.to_thread.run_sync(incoming.seal)
+        arrived = incoming
+
+        def record() -> bool:
+            """The first PUT to finish is the file: its body takes the object's place
+            inside the transaction that marks the upload, so a later one finds it used."""
+            nonlocal placed
+            with db.begin() as connection:
+                marked = _mark_uploaded(
+                    connection,
+                    upload,
+                    size=arrived.size,
+                    etag=arrived.etag,
+                    from_states=[PENDING, RECEIVING],
+                )
+                if marked:
+                    arrived.place()
+                    placed = True
+                return marked
+
+        recorded = await anyio.to_thread.run_sync(record)
     except BaseException:
         if incoming is not None:
             await anyio.to_thread.run_sync(incoming.discard)
-        await anyio.to_thread.run_sync(_release, db, upload.id)
+        await anyio.to_thread.run_sync(partial(_release, db, store, upload, placed=placed))
         raise
-    size, etag = incoming.size, incoming.etag
-
-    def record() -> bool:
-        with db.begin() as connection:
-            return _mark_uploaded(connection, upload, size=size, etag=etag, from_states=[RECEIVING])
-
-    try:
-        recorded = await anyio.to_thread.run_sync(record)
-    except BaseException:
-        await anyio.to_thread.run_sync(store.delete, put.key)
-        await anyio.to_thread.run_sync(_release, db, upload.id)
-        raise
-    if not recorded:  # expired by the sweeper while the body was arriving
-        await anyio.to_thread.run_sync(store.delete, put.key)
-        raise UploadRefused("The upload URL has expired; ask for a new one.")
-    return etag
+    if not recorded:  # another PUT of this URL finished first, or the URL expired
+        await anyio.to_thread.run_sync(arrived.discard)
+        raise UploadRefused(_USED)
+    return arrived.etag
 
 
 def notice_object(db: Database, store: Store, *, bucket: str, key: str) -> bool:

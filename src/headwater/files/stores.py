@@ -239,10 +239,18 @@ class Incoming:
         return self._md5.hexdigest()
 
     def commit(self) -> None:
+        self.seal()
+        self.place()
+
+    def seal(self) -> None:
+        """The part file on disk, whole; `place` then puts it where the object lives."""
         file = self._opened()
         file.flush()
         os.fsync(file.fileno())
         file.close()
+        self._file = None
+
+    def place(self) -> None:
         os.replace(self.part, self.final)
         directory = os.open(self.final.parent, os.O_RDONLY)
         try:
