@@ -49,6 +49,7 @@ from bench.common import (
     SECRET,
     bench_database,
     data_tenant,
+    process_cpu,
     production_server,
     server_env,
     token,
@@ -284,10 +285,16 @@ def main() -> None:
                     took, timings = send_many(floor_port, address, bodies, args.clients)
                     durable.append((args.messages / took, *p50_p99(timings)))
                     wall = time.time()
+                    cpu = process_cpu(smtp.process.pid)
                     took, timings = send_many(smtp.port, address, bodies, args.clients)
+                    cpu = process_cpu(smtp.process.pid) - cpu
                     ours.append((args.messages / took, *p50_p99(timings)))
                     if not args.file_workers:  # acceptance alone: the files stay queued
-                        print(f"    trial {trial}: the service {ours[-1][0]:.1f} messages/s")
+                        print(
+                            f"    trial {trial}: the service {ours[-1][0]:.1f} messages/s; "
+                            f"the SMTP process {1e3 * cpu / args.messages:.2f} ms of CPU a "
+                            f"message, {cpu / took:.2f} cores busy"
+                        )
                         continue
                     finals = wait_completed(
                         url, headers, trial * args.messages, timeout=3600, channel="email"

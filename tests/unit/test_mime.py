@@ -3,6 +3,8 @@ same decoded bodies, as the standard library's parser holding the whole message.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 from email import policy
 from email.message import EmailMessage
@@ -102,3 +104,21 @@ def test_a_boundary_that_begins_like_another_is_not_it() -> None:
     structure.feed_block(raw)
     [leaf] = structure.finish()
     assert b"".join(mime.body(io.BytesIO(raw), leaf, "7bit")) == b"x\r\n--abc\r\ny"
+
+
+_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+
+
+@given(st.binary(max_size=2000), st.binary(max_size=200), st.sampled_from([5, 64, 1 << 20]))
+def test_a_base64_body_with_other_bytes_in_it_decodes_as_mail_readers_decode_it(
+    data: bytes, junk: bytes, piece_size: int
+) -> None:
+    """Bytes beside the base64 alphabet (line ends, spaces, anything) are dropped wherever
+    they fall, as the standard library's lenient decoder drops them."""
+    encoded = bytearray(base64.b64encode(data))
+    for n, byte in enumerate(b for b in junk if b not in _ALPHABET):  # spread through it
+        encoded.insert((n * 37) % (len(encoded) + 1), byte)
+    raw = bytes(encoded)
+    leaf = mime.Leaf(headers=b"", start=0, end=len(raw))
+    decoded = b"".join(mime.body(io.BytesIO(raw), leaf, "base64", piece_size=piece_size))
+    assert decoded == data == binascii.a2b_base64(raw)
