@@ -26,6 +26,10 @@ The claimant writes the outcome (the next due time, or a final state) only if it
 with no database transaction open; a crash between the attempt and its record runs the
 attempt once more (at least once).
 
+Upkeep (PostgreSQL): the index a claim or a lease scans keeps the entries of finished,
+leased or deleted jobs until a vacuum; `vacuum` runs one on a queue's table (or its
+partition) once many rows died in it, as the scheduler asks (`worker.vacuum_queues`).
+
 Every user runs the same contract (`tests/reliability/test_job_queue.py`). The seam for
 a broker (Redis streams, RabbitMQ, SQS) is these three functions: a broker would
 deliver the job's id with its own lease and redelivery, and the table would keep the
@@ -39,7 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select, update
+from sqlalchemy import Connection, and_, or_, select, text, update
 
 from headwater import wakeups
 from headwater.db import Database
@@ -277,3 +281,52 @@ def hand_back(db: Database, queue: Due, leases: Sequence[tuple[Any, datetime]]) 
             )
         if queue.wakeup is not None:
             wakeups.mark(connection, queue.wakeup)
+
+
+# --- upkeep -----------------------------------------------------------------------------------
+
+# rows dead since a queue table's last vacuum (in it, or in one of its partitions) that
+# make it due for one: so many, and a fiftieth of its live rows (a vacuum reads every
+# index of the table whole). A claim or a lease scans its state or due-time index from
+# the oldest end, where the entries of jobs done, leased again or deleted lie until a
+# vacuum removes them; autovacuum's own trigger, a fifth of the table, lets millions lie.
+VACUUM_DEAD_ROWS = 10_000
+VACUUM_DEAD_SHARE = 0.02
+
+_DEAD = text(
+    "SELECT format('%I.%I', s.schemaname, s.relname) AS name, s.n_dead_tup AS dead"
+    " FROM pg_stat_user_tables s"
+    " WHERE s.n_dead_tup >= greatest(:dead, s.n_live_tup * :share)"
+    " AND (s.relname = ANY(:tables) OR s.relid IN ("
+    "  SELECT i.inhrelid FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent"
+    "  WHERE p.relname = ANY(:tables)))"
+    " ORDER BY s.n_dead_tup DESC"
+)
+
+
+def vacuum(
+    db: Database,
+    queues: Sequence[Queue | Due],
+    *,
+    dead: int = VACUUM_DEAD_ROWS,
+    share: float = VACUUM_DEAD_SHARE,
+) -> list[tuple[str, int]]:
+    """PostgreSQL: VACUUM each queue's table, or partition of one, holding `dead` rows
+    and `share` of its live rows or more that died since its last vacuum (as the
+    server's statistics count them), one at a time, its indexes cleaned whatever the
+    count; the tables vacuumed, with their dead rows. Without it, after one company's
+    endpoints were deleted with 850,000 deliveries, another company's deliveries arrived
+    4.6 s (p99) after their events instead of 0.25 s on a server running without
+    autovacuum, as they would until autovacuum's next round on one running it. A vacuum
+    takes no lock that stops reads or writes; one the service may not run (another role
+    owns the table) is skipped with the server's warning. SQLite reuses a deleted row's
+    space at once: nothing to do."""
+    if db.engine.dialect.name != "postgresql":
+        return []
+    tables = sorted({queue.model.__tablename__ for queue in queues})
+    with db.begin() as connection:  # the primary's statistics, not a replica's
+        due = connection.execute(_DEAD, {"dead": dead, "share": share, "tables": tables}).all()
+    for name, _ in due:
+        with db.atomic() as connection:  # autocommit: VACUUM runs outside a transaction
+            connection.exec_driver_sql(f"VACUUM (INDEX_CLEANUP ON) {name}")
+    return [(name, int(count)) for name, count in due]

@@ -223,6 +223,22 @@ async def purge_events(runtime: Runtime) -> None:
         log.info("events past retention removed", count=purged)
 
 
+VACUUM_SECONDS = 10.0  # how often the queues' dead rows are looked at (one read)
+
+
+async def vacuum_queues(runtime: Runtime) -> None:
+    """The job queues' tables holding many dead rows: vacuumed (PostgreSQL; `jobs.vacuum`)."""
+    from headwater import jobs
+    from headwater.inbox.service import REPLIES
+    from headwater.subjects.service import QUEUE as ERASURES
+    from headwater.webhooks.dispatch import DELIVERIES
+
+    queues = (DELIVERIES, REPLIES, processing.QUEUE, exports.QUEUE, ERASURES)
+    vacuumed = await anyio.to_thread.run_sync(lambda: jobs.vacuum(runtime.db, queues))
+    for table, dead in vacuumed:
+        log.info("queue table vacuumed", table=table, dead_rows=dead)
+
+
 async def purge_exports(runtime: Runtime) -> None:
     """Export files past their lifetime (HEADWATER_EXPORT_RETENTION_HOURS): deleted."""
     purged = await anyio.to_thread.run_sync(exports.purge, runtime.db, runtime.store)
@@ -278,6 +294,7 @@ def periodic(settings: Settings) -> list[scheduler.Periodic]:
                 purge_exports,
             )
         ),
+        scheduler.Periodic("vacuum_queues", VACUUM_SECONDS, vacuum_queues),
         scheduler.Periodic("sweep_orphans", ORPHAN_SECONDS, sweep_orphans),
         scheduler.Periodic("apply_retention", RETENTION_SECONDS, apply_retention),
     ]

@@ -7,6 +7,7 @@ processes."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -19,7 +20,7 @@ import pytest
 from sqlalchemy import func, insert, select, text, update
 from starlette.testclient import TestClient
 
-from headwater import jobs
+from headwater import jobs, worker
 from headwater.config import Settings
 from headwater.inbox import service as inboxes
 from headwater.inbox.models import InboxMessage
@@ -436,3 +437,68 @@ def _wait_until_blocked_by(runtime: Runtime, pid: int) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the writer never waited for the endpoint's row")
+
+
+def _lease_again(db: Any, queue: jobs.Due, ids: Sequence[Any]) -> None:
+    """As a lease does: a new due time, so a new version of each row and a dead one; the
+    server's statistics told at once."""
+    with db.begin() as connection:
+        connection.execute(
+            update(queue.model).where(queue.model.id.in_(ids)).values({queue.due: utcnow()})
+        )
+        connection.execute(text("SELECT pg_stat_force_next_flush()"))
+
+
+def _vacuums(db: Any, queue: jobs.Due) -> int:
+    """How many times the queue's table (its partitions included) was vacuumed by hand."""
+    with db.begin() as connection:
+        return int(
+            connection.scalar(
+                text(
+                    "SELECT coalesce(sum(vacuum_count), 0) FROM pg_stat_user_tables"
+                    " WHERE relname LIKE :table"
+                ),
+                {"table": queue.model.__tablename__ + "%"},
+            )
+        )
+
+
+def test_a_queue_table_is_vacuumed_once_enough_of_its_rows_died(user: User) -> None:
+    """Leases leave dead rows whose index entries a lease's scan reads past until a
+    vacuum (PostgreSQL): `jobs.vacuum` runs one on the queue's table, or the partition
+    holding them, once as many died as it is told, and not again until more die. SQLite
+    has none to run."""
+    db, queue = user.runtime.db, user.queue
+    if db.engine.dialect.name != "postgresql":
+        assert jobs.vacuum(db, [queue], dead=1, share=0) == []
+        return
+    made = user.make(40)
+    _lease_again(db, queue, made)
+    before = _vacuums(db, queue)
+    assert jobs.vacuum(db, [queue], dead=1000, share=0) == []  # too few died
+    [(table, dead)] = jobs.vacuum(db, [queue], dead=40, share=0)
+    assert table.startswith("public." + queue.model.__tablename__) and dead >= 40
+    assert _vacuums(db, queue) == before + 1
+    assert jobs.vacuum(db, [queue], dead=40, share=0) == []  # none died since
+    _lease_again(db, queue, made)
+    assert [name for name, _ in jobs.vacuum(db, [queue], dead=40, share=0)] == [table]
+
+
+def test_the_worker_vacuums_the_replies_once_10000_died_and_not_before(
+    client: TestClient, admin: dict[str, str], make_client: MakeClient
+) -> None:
+    """The periodic job `vacuum_queues` at its own bounds, on a queue of its list."""
+    user = _replies(client, admin, make_client)
+    db = user.runtime.db
+    if db.engine.dialect.name != "postgresql":
+        asyncio.run(worker.vacuum_queues(user.runtime))  # nothing to do, nothing fails
+        return
+    jobs.vacuum(db, [user.queue], dead=1, share=0)  # what earlier tests left: gone
+    made = user.make(jobs.VACUUM_DEAD_ROWS)
+    _lease_again(db, user.queue, made[:100])
+    before = _vacuums(db, user.queue)
+    asyncio.run(worker.vacuum_queues(user.runtime))
+    assert _vacuums(db, user.queue) == before  # far too few died
+    _lease_again(db, user.queue, made)
+    asyncio.run(worker.vacuum_queues(user.runtime))
+    assert _vacuums(db, user.queue) == before + 1
