@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import signal
 import socket
 import time
 from pathlib import Path
@@ -16,7 +17,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
+from tests import preloaded
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker, served_files
+from tests.http_server import process_env, same_database
 
 BODY = (CSV_HEADER + csv_rows(3)).encode()
 
@@ -246,3 +249,68 @@ def test_a_retry_while_a_dead_put_still_arrives_is_taken_and_the_first_to_finish
         transaction = served.settled(ticket["transaction_id"])
         assert (transaction["status"], transaction["records_accepted"]) == ("completed", 3)
         assert list(incoming.iterdir()) == []
+
+
+# A server that kills itself (SIGKILL) inside a PUT of `url`: once the upload is taken
+# ("taken"), once the body is whole on disk ("sealed"), or once it is in the object's
+# place inside the transaction that marks the upload, before its commit ("placed").
+# Arguments: the step, the upload URL, its content type.
+KILLED_IN_PUT = """
+import asyncio, os, signal, sys
+from urllib.parse import parse_qs, urlsplit
+from headwater.config import Settings
+from headwater.files import service, stores
+from headwater.runtime import build_runtime
+
+step, url, content_type = sys.argv[1:4]
+
+def after(owner, name):
+    real = getattr(owner, name)
+    def killing(*args, **kwargs):
+        real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+    setattr(owner, name, killing)
+
+after(*{
+    "taken": (service, "_check_put"),
+    "sealed": (stores.Incoming, "seal"),
+    "placed": (stores.Incoming, "place"),
+}[step])
+parts = urlsplit(url)
+query = {name: values[0] for name, values in parse_qs(parts.query).items()}
+body = b"order_id,amount\\nDEAD,1\\n"
+put = service.SignedPut(
+    key=parts.path.rsplit("/", 1)[1], expires=query["expires"],
+    max_bytes=query["max_bytes"], signature=query["signature"],
+    content_type=content_type, content_length=str(len(body)),
+)
+
+async def arriving():
+    yield body
+
+runtime = build_runtime(Settings())
+asyncio.run(service.receive_upload(runtime.db, runtime.store, put, arriving()))
+sys.exit(3)  # never reached: the process died at its step
+"""
+
+
+@pytest.mark.parametrize("step", ["taken", "sealed", "placed"])
+def test_a_server_killed_at_any_step_of_a_put_leaves_the_url_usable_and_the_file_once(
+    file_tenant: FileTenant, settings: Settings, step: str
+) -> None:
+    """Killed inside a PUT, before the transaction that marks the upload commits: nothing
+    was recorded, so the client's retry of the same URL is taken (no wait for the upload
+    to expire), and its body is the file, processed once."""
+    ticket = file_tenant.upload_url()
+    env = process_env(
+        same_database(settings.data_dir, settings.database_url) | {"HEADWATER_LOG_LEVEL": "WARNING"}
+    )
+    content_type = ticket["headers"]["Content-Type"]
+    doomed = preloaded.run_script(KILLED_IN_PUT, step, ticket["upload_url"], content_type, env=env)
+    assert doomed.returncode == -signal.SIGKILL, doomed.stderr
+    assert file_tenant.transaction(ticket["transaction_id"])["status"] == "awaiting_upload"
+    assert file_tenant.put(ticket, BODY).status_code == 200
+    assert file_tenant.put(ticket, BODY).status_code == 403  # used now
+    assert run_worker(file_tenant.client) == 1
+    done = file_tenant.transaction(ticket["transaction_id"])
+    assert (done["status"], done["records_accepted"]) == ("completed", 3)
