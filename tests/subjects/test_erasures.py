@@ -5,14 +5,17 @@ keeps no plain copy of the subjects."""
 from __future__ import annotations
 
 import re
+import sqlite3
 import uuid
 from typing import Any
 
 from sqlalchemy import event, inspect, select, text
+from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
 from headwater.runtime import Runtime
 from headwater.subjects import runner
+from headwater.subjects.models import Erasure
 from tests.downstream.test_exports import ask, export, read, run_exports
 from tests.factories import assert_problem, auth, create_credential, get_token
 from tests.files.conftest import CSV_HEADER
@@ -492,3 +495,52 @@ def test_many_subjects_are_removed_a_few_digests_a_statement_across_batches(
     assert done["status"] == "completed", done
     assert done["counts"]["records"] == 21
     assert _emails(subject_tenant.all_records()) == [people[7]] * 3
+
+
+def _another_writer_goes_on(runtime: Runtime, erasure_id: str) -> bool:
+    """Whether a writer beside the erasure could write at once: SQLite's one write lock
+    is free, and on PostgreSQL the erasure's own row is not locked."""
+    if runtime.db.engine.dialect.name == "sqlite":
+        other = sqlite3.connect(str(runtime.db.engine.url.database), timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.rollback()
+            return True
+        except sqlite3.OperationalError:  # "database is locked"
+            return False
+        finally:
+            other.close()
+    with runtime.db.engine.connect() as connection:
+        try:
+            connection.execute(
+                select(Erasure.id)
+                .where(Erasure.id == uuid.UUID(erasure_id))
+                .with_for_update(nowait=True)
+            )
+        except OperationalError:  # lock_not_available
+            return False
+        finally:
+            connection.rollback()
+    return True
+
+
+def test_an_erasure_rests_between_its_steps_with_no_write_held(
+    subject_tenant: SubjectTenant, monkeypatch: Any
+) -> None:
+    """HEADWATER_ERASURE_DUTY paces an erasure: it rests between its steps so that other
+    writers keep their speed, which they can only if the rest holds nothing (SQLite's
+    write transaction holds its one write lock from its first statement)."""
+    _ada_everywhere(subject_tenant)
+    runtime = _runtime(subject_tenant)
+    queued = subject_tenant.erase(ADA)
+    free: list[bool] = []
+    real = runner._Run.pace
+
+    def pace(self: Any) -> None:
+        free.append(_another_writer_goes_on(runtime, queued["erasure_id"]))
+        real(self)
+
+    monkeypatch.setattr(runner._Run, "pace", pace)
+    run_erasures(subject_tenant.client)
+    assert subject_tenant.erasure(queued["erasure_id"])["status"] == "completed"
+    assert len(free) >= 4 and all(free), free  # records, rows, files, exports, the end

@@ -19,7 +19,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -85,9 +86,19 @@ class _Run:
             time.sleep(min(worked * (1 - self.duty) / self.duty, MAX_REST))
         self.resumed = time.monotonic()
 
+    @contextmanager
+    def step(self) -> Iterator[Connection]:
+        """A step's database transaction, begun after the rest that paces the erasure
+        (`pace`), never during it: SQLite's write transaction holds the one write lock
+        from its start, and every other writer would wait out the rest. The claim is
+        renewed first (`own`)."""
+        self.pace()
+        with self.db.begin() as connection:
+            self.own(connection)
+            yield connection
+
     def own(self, connection: Connection) -> None:
         """Renew the claim (raising Lost if it is gone) and stop if asked to."""
-        self.pace()
         if not jobs.renew(connection, QUEUE, self.id, worker=self.worker):
             raise Lost
         self.renewed = time.monotonic()
@@ -149,8 +160,7 @@ class _Run:
         step = ingestion.SUBJECT_PROBES
         left = [self.digests[i : i + step] for i in range(0, len(self.digests), step)]
         while left:
-            with self.db.begin() as connection:
-                self.own(connection)
+            with self.step() as connection:
                 count = 0
                 transactions: dict[uuid.UUID, datetime | None] = {}
                 while left and count < RECORD_BATCH:
@@ -179,8 +189,7 @@ class _Run:
                 )
             if not hit and time.monotonic() - self.renewed < RENEW_SECONDS:
                 continue
-            with self.db.begin() as connection:
-                self.own(connection)
+            with self.step() as connection:
                 seqs = [seq for seq, _ in hit]
                 removed = quarantine.remove_rows(connection, self.company_id, seqs)
                 if removed:
@@ -206,8 +215,7 @@ class _Run:
                 return
             for _, bucket, key in stored:
                 delete_own(self.store, bucket, key)
-            with self.db.begin() as connection:
-                self.own(connection)
+            with self.step() as connection:
                 ingestion.mark_file_erased(connection, [t for t, _, _ in stored])
                 connection.execute(
                     update(ErasureItem)
@@ -232,13 +240,13 @@ class _Run:
             holding = exports.holding(connection, [(r.dataset_pk, r.ingested_at) for r in removed])
         for row in holding:
             delete_own(self.store, row.bucket, row.object_key)
-        with self.db.begin() as connection:
-            self.own(connection)
+        with self.step() as connection:
             self.add(connection, exports=exports.mark_erased(connection, [r.id for r in holding]))
 
     def complete(self) -> None:
         from headwater.activity import service as activity
 
+        self.pace()
         with self.db.unit_of_work() as session:
             connection = session.connection()
             self.own(connection)
