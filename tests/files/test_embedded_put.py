@@ -301,6 +301,7 @@ def test_a_server_killed_at_any_step_of_a_put_leaves_the_url_usable_and_the_file
     """Killed inside a PUT, before the transaction that marks the upload commits: nothing
     was recorded, so the client's retry of the same URL is taken (no wait for the upload
     to expire), and its body is the file, processed once."""
+    run_worker(file_tenant.client)  # the files other tests left queued: processed
     ticket = file_tenant.upload_url()
     env = process_env(
         same_database(settings.data_dir, settings.database_url) | {"HEADWATER_LOG_LEVEL": "WARNING"}
