@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -94,6 +92,18 @@ class FileTenant(DataTenant):
         assert response.status_code == 200, response.text
         return response.json()
 
+    def settled(self, transaction_id: str, timeout: float = 60) -> Any:
+        """The transaction once a worker outside the test (a server's own) has finished
+        with it."""
+        deadline = time.monotonic() + timeout
+        while (found := self.transaction(transaction_id))["status"] in (
+            "awaiting_upload",
+            "processing",
+        ):
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+        return found
+
 
 @pytest.fixture
 def file_tenant(client: TestClient, admin: dict[str, str], company: str) -> FileTenant:
@@ -111,47 +121,12 @@ def other_file_tenant(client: TestClient, admin: dict[str, str]) -> FileTenant:
     return FileTenant(client, admin, create_company(client, admin, f"O {uuid.uuid4().hex[:6]}"))
 
 
-@dataclass
-class ServedFiles:
-    """A tenant of a `headwater serve` process over real HTTP, with an `orders` dataset."""
-
-    http: httpx.Client
-    headers: dict[str, str]
-    client_id: str
-
-    def upload_url(self, file_name: str = "orders.csv") -> Any:
-        response = self.http.get(
-            "/platform/v1/data/file_upload_url",
-            params={
-                "client_id": self.client_id,
-                "dataset_id": "orders",
-                "file_name": file_name,
-                "content_type": "text/csv",
-            },
-            headers=self.headers,
-        )
-        response.raise_for_status()
-        return response.json()
-
-    def settled(self, transaction_id: str, timeout: float = 60) -> Any:
-        """The transaction once the server's own worker has finished with it."""
-        deadline = time.monotonic() + timeout
-        while True:
-            transaction = self.http.get(
-                f"/platform/v1/transactions/{transaction_id}", headers=self.headers
-            ).json()
-            if transaction["status"] not in ("awaiting_upload", "processing"):
-                return transaction
-            assert time.monotonic() < deadline, transaction
-            time.sleep(0.1)
-
-
 @contextmanager
-def served_files(tmp_path: Path, database_url: str | None) -> Iterator[ServedFiles]:
-    """`headwater serve` (its worker inside) on `tmp_path`, and a tenant that may write."""
+def served_files(tmp_path: Path, database_url: str | None) -> Iterator[FileTenant]:
+    """`headwater serve` (its worker inside) on `tmp_path`, and a file tenant of it over
+    real HTTP."""
     from tests.factories import OPERATOR_ID, OPERATOR_SECRET, auth, get_token
     from tests.http_server import running_server
-    from tests.ingestion.conftest import SCHEMA
 
     env = {
         "HEADWATER_DATA_DIR": str(tmp_path),
@@ -163,22 +138,4 @@ def served_files(tmp_path: Path, database_url: str | None) -> Iterator[ServedFil
         env["HEADWATER_DATABASE_URL"] = database_url
     with running_server(env) as base, httpx.Client(base_url=base, timeout=30) as http:
         admin = auth(get_token(http, OPERATOR_ID, OPERATOR_SECRET))
-        company = http.post("/admin/v1/companies", json={"name": "Real"}, headers=admin).json()
-        client_id = f"crm-{os.urandom(4).hex()}"
-        http.post(
-            f"/admin/v1/companies/{company['id']}/clients",
-            json={"client_id": client_id, "name": "CRM"},
-            headers=admin,
-        ).raise_for_status()
-        http.post(
-            f"/admin/v1/clients/{client_id}/datasets",
-            json={"dataset_id": "orders", "schema": SCHEMA},
-            headers=admin,
-        ).raise_for_status()
-        credential = http.post(
-            f"/admin/v1/companies/{company['id']}/credentials",
-            json={"name": "d", "scopes": ["data:read", "data:write"]},
-            headers=admin,
-        ).json()
-        headers = auth(get_token(http, credential["client_id"], credential["client_secret"]))
-        yield ServedFiles(http, headers, client_id)
+        yield FileTenant(http, admin, create_company(http, admin, "Real"))  # type: ignore[arg-type]

@@ -268,8 +268,9 @@ def test_serve_processes_uploads_by_itself_over_real_http(
     import httpx
 
     with served_files(tmp_path, database_url) as served:
-        ticket = served.upload_url("o.csv")
-        assert ticket["upload_url"].startswith(str(served.http.base_url).rstrip("/") + "/uploads/")
+        ticket = served.upload_url(file_name="o.csv")
+        base = str(served.client.base_url).rstrip("/")
+        assert ticket["upload_url"].startswith(base + "/uploads/")
 
         def body() -> Any:  # streamed in pieces, with no Content-Length
             yield CSV_HEADER.encode()
@@ -283,7 +284,7 @@ def test_serve_processes_uploads_by_itself_over_real_http(
         assert transaction["records_accepted"] == 5000
 
         # a PUT cut off mid-body leaves nothing, and the URL can be used again
-        second = served.upload_url("cut.csv")
+        second = served.upload_url(file_name="cut.csv")
         _cut_off_put(second["upload_url"], declared=10_000, sent=b"order_id,amount\nA,1\n")
         # the server drops the partial file when it sees the connection close, which on a
         # loaded machine can take more than a moment
@@ -292,10 +293,7 @@ def test_serve_processes_uploads_by_itself_over_real_http(
         while list(incoming.iterdir()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert list(incoming.iterdir()) == []
-        status = served.http.get(
-            f"/platform/v1/transactions/{second['transaction_id']}", headers=served.headers
-        ).json()["status"]
-        assert status == "awaiting_upload"
+        assert served.transaction(second["transaction_id"])["status"] == "awaiting_upload"
         again = httpx.put(
             second["upload_url"], content=b"order_id,amount\nB,2\n", headers=second["headers"]
         )
