@@ -256,22 +256,15 @@ def test_a_retry_while_a_dead_put_still_arrives_is_taken_and_the_first_to_finish
 # place inside the transaction that marks the upload, before its commit ("placed").
 # Arguments: the step, the upload URL, its content type.
 KILLED_IN_PUT = """
-import asyncio, os, signal, sys
+import asyncio, sys
 from urllib.parse import parse_qs, urlsplit
 from headwater.config import Settings
 from headwater.files import service, stores
 from headwater.runtime import build_runtime
+from tests.kill_points import kill_after
 
 step, url, content_type = sys.argv[1:4]
-
-def after(owner, name):
-    real = getattr(owner, name)
-    def killing(*args, **kwargs):
-        real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGKILL)
-    setattr(owner, name, killing)
-
-after(*{
+kill_after(*{
     "taken": (service, "_check_put"),
     "sealed": (stores.Incoming, "seal"),
     "placed": (stores.Incoming, "place"),

@@ -162,38 +162,23 @@ def test_records_are_hidden_until_the_file_completes(
 # the file ("end"), each before its commit; or once its first batch ("staged") or the
 # whole file ("ended") committed. Arguments: the step, then the file's transaction id.
 KILLED_AT = """
-import os, signal, sys
+import sys
 from headwater import worker
 from headwater.config import Settings
 from headwater.files import processing
 from headwater.runtime import build_runtime
+from tests.kill_points import kill_after
 
 step = sys.argv[1]
 processing.HOLD_SECONDS = 0.0  # every batch commits (PostgreSQL would hold several)
 
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
-
-def after(owner, name, inside=None):
-    real = getattr(owner, name)
-    def killing(*args, **kwargs):
-        if inside is not None:
-            inside(*args, **kwargs)
-            die()
-        result = real(*args, **kwargs)
-        die()
-    setattr(owner, name, killing)
-
-if step == "read":
-    after(processing.ingestion, "stage_begun", processing.ingestion.stage_begun)
-elif step == "stage":
-    after(processing.ingestion, "stage_rows", processing.ingestion.stage_rows)
-elif step == "staged":
-    after(processing._Stager, "commit")
-elif step == "end":
-    after(processing.ingestion, "finish", processing.ingestion.finish)
-elif step == "ended":
-    after(processing._Stager, "end")
+kill_after(*{
+    "read": (processing.ingestion, "stage_begun"),
+    "stage": (processing.ingestion, "stage_rows"),
+    "staged": (processing._Stager, "commit"),
+    "end": (processing.ingestion, "finish"),
+    "ended": (processing._Stager, "end"),
+}[step])
 worker.process_one(build_runtime(Settings()), "doomed")
 sys.exit(3)  # never reached: the process died at its step
 """

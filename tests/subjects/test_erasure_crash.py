@@ -27,40 +27,27 @@ ADA, BOB = "ada@example.com", "bob@example.com"
 # ("files"), inside the transaction that marks exports erased ("exports"), or inside
 # the one that completes the erasure ("complete").
 KILLED_AT = """
-import os, signal, sys
+import sys
 from headwater import worker
 from headwater.config import Settings
 from headwater.runtime import build_runtime
 from headwater.subjects import runner
+from tests.kill_points import kill_after
 
 step = sys.argv[1]
 runner.RECORD_BATCH = 2
 
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
-
-def wrap(owner, name, before=0):
-    real = getattr(owner, name)
-    calls = []
-    def killing(*args, **kwargs):
-        calls.append(1)
-        if len(calls) > before:
-            result = real(*args, **kwargs)
-            die()
-        return real(*args, **kwargs)
-    setattr(owner, name, killing)
-
 runtime = build_runtime(Settings())
 if step == "records":
-    wrap(runner.ingestion, "remove_subjects", before=1)
+    kill_after(runner.ingestion, "remove_subjects", passing=1)
 elif step == "rows":
-    wrap(runner.quarantine, "remove_rows")
+    kill_after(runner.quarantine, "remove_rows")
 elif step == "files":
-    wrap(runtime.store, "delete")
+    kill_after(runtime.store, "delete")
 elif step == "exports":
-    wrap(runner.exports, "mark_erased")
+    kill_after(runner.exports, "mark_erased")
 elif step == "complete":
-    wrap(runner.outbox, "write")
+    kill_after(runner.outbox, "write")
 worker.erase_one(runtime, "doomed")
 sys.exit(3)  # never reached: the process died at its step
 """
