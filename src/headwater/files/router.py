@@ -154,7 +154,8 @@ _FILE_BODY = {"schema": {"type": "string", "format": "binary"}}
         200: {"description": "Stored; the `ETag` header holds the body's MD5."},
         403: {
             "description": "Refused: a changed signature, path or query, an expired URL, "
-            "a `Content-Type` other than the signed one, or a URL already used."
+            "a `Content-Type` other than the signed one, or a URL already used (also "
+            "by another PUT of it that finished first)."
         },
         404: {"description": "This service uses an S3 store; PUT to its presigned URL."},
         413: {"description": "The body is over the signed size limit."},
@@ -169,7 +170,10 @@ async def put_upload(
     signature: Annotated[str | None, Query(description="HMAC-SHA256 signature.")] = None,
 ) -> Response:
     """The embedded store's signed PUT (the `upload_url` of an upload URL): the body is
-    the file. Answers as a store does: 200 with an `ETag`, no body."""
+    the file. Answers as a store does: 200 with an `ETag`, no body. A failed PUT leaves
+    nothing and the URL may be used again until it expires; a retry need not wait for
+    the service to notice an earlier PUT's dead connection: of two PUTs of one URL at
+    once, the first to finish is the file and the other answers 403 (used)."""
     store = runtime.store
     if not isinstance(store, EmbeddedStore):
         raise NotFound("This service stores files in S3; use the upload_url it gave you.")
