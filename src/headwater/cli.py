@@ -121,8 +121,7 @@ def _database() -> Database:
 
     settings = get_settings()
     database = Database(settings)
-    if not migrations.is_current(database.engine):
-        migrations.upgrade(settings)
+    migrations.bring_current(settings, database.engine)
     _check_sealing(database)
     return database
 
@@ -187,11 +186,11 @@ def serve(
     # uvicorn's supervisor logs here (a worker that died or did not report healthy): with
     # logging unconfigured in this process, those lines went nowhere
     configure_logging(level=settings.log_level, json=settings.log_json)
-    if settings.auto_migrate:  # once here, before the worker processes start
-        migrations.upgrade(settings)
     from headwater.db import Database
 
     checked = Database(settings)
+    if settings.auto_migrate:  # once here, before the worker processes start
+        migrations.bring_current(settings, checked.engine)
     _check_sealing(checked)
     checked.dispose()
     sftp_port = 0 if no_sftp else settings.sftp_port

@@ -216,7 +216,7 @@ def start(runtime: Runtime) -> None:
     settings = runtime.settings
     try:
         if settings.auto_migrate:
-            migrations.upgrade(settings)
+            migrations.bring_current(settings, runtime.db.engine)
         migrations.wait_while_locked(
             lambda: _start_once(runtime), seconds=settings.shutdown_timeout_seconds + 30
         )
