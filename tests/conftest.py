@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from argon2 import PasswordHasher
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from starlette.testclient import TestClient
@@ -25,7 +24,7 @@ from starlette.testclient import TestClient
 from headwater.config import Settings
 from headwater.identity import secrets as identity_secrets
 from headwater.main import create_app
-from tests import http_server
+from tests import http_server, preloaded
 from tests.factories import (
     OPERATOR_ID,
     OPERATOR_SECRET,
@@ -46,13 +45,10 @@ hypothesis_settings.register_profile(
 hypothesis_settings.load_profile("headwater")
 
 
-# Secret hashing in this process at a test's cost: argon2id as in production, with 1 MiB
-# and one pass instead of 19 MiB and two. A hash carries its parameters, so every path
-# runs as it does in production; at the real cost argon2 took a third of the in-process
-# step's CPU (220 of 631 s in py-spy). Server processes the tests start hash at the real
-# cost, and `real_secret_hashing` gives a test the real one.
-REAL_HASHER = identity_secrets._hasher
-identity_secrets._hasher = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+# Secret hashing at the tests' cost, here and in the server processes forked for the
+# tests (`tests/preloaded.py`); those started anew (several API processes, the demo) hash
+# at the real cost, and `real_secret_hashing` gives a test the real one.
+REAL_HASHER = preloaded.light_secret_hashing()
 
 
 # One SSL context for the httpx clients of this process that ask for the default one:
@@ -205,6 +201,16 @@ def make_client(base_settings: dict[str, Any]) -> Iterator[Callable[..., TestCli
     yield make
     for test_client in opened:
         test_client.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def loopback_client(base_settings: dict[str, Any]) -> Iterator[TestClient]:
+    """An app on the same database whose webhook endpoints may be on loopback over http
+    (tests only), its worker off: one for a test file's tests, where an app each cost
+    0.2-0.3 s of CPU (FastAPI builds its routes for each app at their first request)."""
+    loopback = {"webhook_allow_http": True, "webhook_allow_private": True}
+    with TestClient(create_app(Settings(**(base_settings | loopback)))) as test_client:
+        yield test_client
 
 
 @pytest.fixture
