@@ -32,8 +32,6 @@ from tests.factories import create_company
 from tests.http_server import claimed_together, process_env, same_database
 from tests.webhooks.conftest import HookTenant
 
-MakeClient = Callable[..., TestClient]
-
 
 @dataclass
 class User:
@@ -91,19 +89,18 @@ def _runtime(client: TestClient) -> Runtime:
     return client.app.state.runtime  # type: ignore[attr-defined,no-any-return]
 
 
-def _deliveries(client: TestClient, admin: dict[str, str], make_client: MakeClient) -> User:
-    return _deliveries_of(client, admin, make_client)[0]
+def _deliveries(client: TestClient, admin: dict[str, str], loopback_client: TestClient) -> User:
+    return _deliveries_of(client, admin, loopback_client)[0]
 
 
 def _deliveries_of(
-    client: TestClient, admin: dict[str, str], make_client: MakeClient
+    client: TestClient, admin: dict[str, str], loopback_client: TestClient
 ) -> tuple[User, HookTenant, uuid.UUID]:
     """Deliveries to one endpoint of a new company, made by sequencing its events (an
     address nothing listens on: the contract never attempts them); with the company
     and the endpoint."""
     company = create_company(client, admin, f"D {uuid.uuid4().hex[:6]}")
-    loopback = make_client(webhook_allow_http=True, webhook_allow_private=True)
-    hooks = HookTenant(client, admin, company).using(loopback)
+    hooks = HookTenant(client, admin, company).using(loopback_client)
     endpoint = uuid.UUID(hooks.endpoint("http://127.0.0.1:9/h")["id"])
     runtime = _runtime(client)
 
@@ -129,7 +126,7 @@ def _of(connection: Any, endpoint: uuid.UUID) -> Sequence[int]:
     )
 
 
-def _replies(client: TestClient, admin: dict[str, str], make_client: MakeClient) -> User:
+def _replies(client: TestClient, admin: dict[str, str], loopback_client: TestClient) -> User:
     """Replies due now, as the SMTP door leaves them."""
     runtime = _runtime(client)
 
@@ -164,10 +161,10 @@ def user(
     request: pytest.FixtureRequest,
     client: TestClient,
     admin: dict[str, str],
-    make_client: MakeClient,
+    loopback_client: TestClient,
 ) -> User:
     make = _deliveries if request.param == "deliveries" else _replies
-    return make(client, admin, make_client)
+    return make(client, admin, loopback_client)
 
 
 def test_claimers_on_threads_never_lease_one_job(user: User) -> None:
@@ -281,9 +278,9 @@ def _claim(runtime: Runtime, endpoint: uuid.UUID | None = None) -> list[dispatch
 
 
 def test_an_endpoints_slots_hold_across_processes(
-    client: TestClient, admin: dict[str, str], make_client: MakeClient
+    client: TestClient, admin: dict[str, str], loopback_client: TestClient
 ) -> None:
-    user = _deliveries(client, admin, make_client)
+    user = _deliveries(client, admin, loopback_client)
     user.make(6)
     endpoint = _endpoint_of(user)
     runtime = user.runtime
@@ -299,9 +296,9 @@ def test_an_endpoints_slots_hold_across_processes(
 
 
 def test_concurrent_claimers_never_fill_an_endpoint_past_its_slots(
-    client: TestClient, admin: dict[str, str], make_client: MakeClient
+    client: TestClient, admin: dict[str, str], loopback_client: TestClient
 ) -> None:
-    user = _deliveries(client, admin, make_client)
+    user = _deliveries(client, admin, loopback_client)
     user.make(20)
     endpoint = _endpoint_of(user)
     leased: list[dispatch.Claimed] = []
@@ -328,11 +325,11 @@ def test_concurrent_claimers_never_fill_an_endpoint_past_its_slots(
 
 
 def test_a_full_endpoint_does_not_hold_up_another(
-    client: TestClient, admin: dict[str, str], make_client: MakeClient
+    client: TestClient, admin: dict[str, str], loopback_client: TestClient
 ) -> None:
-    busy = _deliveries(client, admin, make_client)
+    busy = _deliveries(client, admin, loopback_client)
     busy.make(60)  # older, and more than a claim looks at
-    quiet = _deliveries(client, admin, make_client)
+    quiet = _deliveries(client, admin, loopback_client)
     [waiting] = quiet.make(1)
     leased = {c.delivery_id for c in _claim(busy.runtime) + _claim(busy.runtime)}
     assert waiting in leased  # the busy endpoint full after the first claim, the second
@@ -395,14 +392,18 @@ WRITERS = {
 
 @pytest.mark.parametrize("writer", WRITERS)
 def test_an_endpoints_writers_lock_it_before_its_deliveries(
-    client: TestClient, admin: dict[str, str], make_client: MakeClient, backend: str, writer: str
+    client: TestClient,
+    admin: dict[str, str],
+    loopback_client: TestClient,
+    backend: str,
+    writer: str,
 ) -> None:
     """While another transaction holds an endpoint's row (a delete has begun, say), each
     writer waits for it holding none of the endpoint's deliveries: the other reaches
     them, and both finish (in the other order, PostgreSQL ends one as a deadlock)."""
     if backend != "postgresql":
         pytest.skip("row locks are PostgreSQL's (SQLite has one writer)")
-    user, hooks, endpoint = _deliveries_of(client, admin, make_client)
+    user, hooks, endpoint = _deliveries_of(client, admin, loopback_client)
     user.make(2)
     runtime = user.runtime
     prepare, expected = WRITERS[writer]
@@ -485,10 +486,10 @@ def test_a_queue_table_is_vacuumed_once_enough_of_its_rows_died(user: User) -> N
 
 
 def test_the_worker_vacuums_the_replies_once_10000_died_and_not_before(
-    client: TestClient, admin: dict[str, str], make_client: MakeClient
+    client: TestClient, admin: dict[str, str], loopback_client: TestClient
 ) -> None:
     """The periodic job `vacuum_queues` at its own bounds, on a queue of its list."""
-    user = _replies(client, admin, make_client)
+    user = _replies(client, admin, loopback_client)
     db = user.runtime.db
     if db.engine.dialect.name != "postgresql":
         asyncio.run(worker.vacuum_queues(user.runtime))  # nothing to do, nothing fails

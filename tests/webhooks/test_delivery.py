@@ -275,11 +275,14 @@ def test_a_disabled_endpoint_gets_nothing_until_enabled(
 
 
 def test_an_address_refused_at_delivery_fails_the_attempt(
-    hooks: HookTenant, make_client: Callable[..., TestClient], receiver: Receiver
+    hooks: HookTenant,
+    make_client: Callable[..., TestClient],
+    loopback_client: TestClient,
+    receiver: Receiver,
 ) -> None:
     """The endpoint was allowed where it was made; the delivering worker does not allow
     loopback: each attempt checks again, and nothing reaches the receiver."""
-    created_on = hooks.using(make_client(webhook_allow_http=True, webhook_allow_private=True))
+    created_on = hooks.using(loopback_client)
     endpoint = created_on.endpoint(receiver.at("/private"), ["transaction.completed"])
     make_client(**DELIVERING | {"webhook_allow_private": False})
     hooks.push(1)

@@ -4,7 +4,6 @@ and the address classes refused; scopes and tenants (contract section 13)."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
 
 import pytest
 from starlette.testclient import TestClient
@@ -18,9 +17,9 @@ ENDPOINTS = "/platform/v1/webhook_endpoints"
 
 
 @pytest.fixture
-def loopback_ok(make_client: Callable[..., TestClient], hooks: HookTenant) -> HookTenant:
+def loopback_ok(loopback_client: TestClient, hooks: HookTenant) -> HookTenant:
     """The tenant on an app that lets webhooks go to loopback over http (tests only)."""
-    return hooks.using(make_client(webhook_allow_http=True, webhook_allow_private=True))
+    return hooks.using(loopback_client)
 
 
 def test_create_shows_the_secret_once(loopback_ok: HookTenant) -> None:
