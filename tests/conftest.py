@@ -23,6 +23,7 @@ from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.identity import secrets as identity_secrets
+from headwater.kit import memory
 from headwater.main import create_app
 from tests import http_server, preloaded
 from tests.factories import (
@@ -116,11 +117,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def thawed() -> Iterator[None]:
+def thawed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """For a test of what an outermost app does to the collector: the session's freeze
-    (`pytest_configure`) thawed for the test, frozen again after."""
+    (`pytest_configure`) thawed for the test, frozen again after, and the apps this
+    process runs (the session's `client`, say) left out of `collecting_less`'s count."""
     frozen = gc.get_freeze_count() > 0
     gc.unfreeze()
+    monkeypatch.setattr(memory, "_running", 0)
     yield
     if frozen:
         gc.freeze()
