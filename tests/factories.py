@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,8 @@ from typing import Any
 import httpx
 import psycopg
 from starlette.testclient import TestClient
+
+from tests import preloaded
 
 PG_ADMIN_URL = os.environ.get("HEADWATER_TEST_PG", "postgresql://127.0.0.1:5432/test")
 
@@ -123,11 +124,4 @@ def run_cli(
     }
     if database_url:
         env["HEADWATER_DATABASE_URL"] = database_url
-    return subprocess.run(
-        [sys.executable, "-m", "headwater.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return preloaded.run_command(*args, env=env)

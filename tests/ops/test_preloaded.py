@@ -4,6 +4,7 @@ codes and output, each in its own environment."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -113,3 +114,36 @@ def test_a_forked_script_ends_as_python_c_does(name: str) -> None:
     )
     assert (forked.returncode, forked.stdout) == (new.returncode, new.stdout)
     assert forked.stderr.splitlines()[-1:] == new.stderr.splitlines()[-1:]
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["companies", "create", "Forked Co"], 0),  # prints what it made
+        (["companies", "create"], 2),  # a usage error, on standard error
+        (["datasets", "show", "no-such-client", "orders"], 1),  # refused
+    ],
+)
+def test_an_operator_command_forked_ends_as_in_a_new_interpreter(
+    tmp_path: Path, args: list[str], code: int
+) -> None:
+    """`tests.factories.run_cli` forks operator commands: the same exit code and the
+    same words on each stream (ids and times aside) as a new interpreter's."""
+    ends = []
+    for way in WAYS:
+        env = {"HEADWATER_DATA_DIR": str(tmp_path / way), "PATH": "/usr/bin:/bin"}
+        if way == "forked":
+            done = preloaded.run_command(*args, env=env)
+        else:
+            done = subprocess.run(
+                [*CLI, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+            )
+        ends.append((done.returncode, _words(done.stdout), _words(done.stderr)))
+    assert ends[0] == ends[1]
+    assert ends[0][0] == code
+    assert ends[0][1] or ends[0][2]  # it said something
+
+
+def _words(text: str) -> list[str]:
+    """The output's words, each holding a digit (ids, times) replaced by one mark."""
+    return re.sub(r"\S*\d\S*", "#", text).split()
