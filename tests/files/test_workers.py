@@ -36,12 +36,14 @@ def runtime_of(client: TestClient) -> Runtime:
 def stored(runtime: Runtime, transaction: str) -> tuple[int, int]:
     """(records of the transaction, distinct order ids among them)."""
     transaction_id = uuid.UUID(transaction)
+    order_id = Record.data["order_id"].as_string()
     with runtime.db.read_session() as session:
-        count = session.scalar(select(func.count()).where(Record.transaction_id == transaction_id))
-        rows = session.scalars(
-            select(Record.data).where(Record.transaction_id == transaction_id)
-        ).all()
-    return int(count or 0), len({r["order_id"] for r in rows})
+        count, distinct = session.execute(
+            select(func.count(), func.count(func.distinct(order_id))).where(
+                Record.transaction_id == transaction_id
+            )
+        ).one()
+    return int(count), int(distinct)
 
 
 def shown(tenant: FileTenant, transaction: str) -> tuple[int, int]:
