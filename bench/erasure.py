@@ -222,9 +222,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=24)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--sqlite", action="store_true", help="the embedded database")
+    parser.add_argument(
+        "--duty", type=float, help="HEADWATER_ERASURE_DUTY of the server (else its default)"
+    )
     args = parser.parse_args()
     slices = 2
     with contextmanager(_database)(args.sqlite) as (database_url, env):
+        if args.duty is not None:
+            env["HEADWATER_ERASURE_DUTY"] = str(args.duty)
         workers = 1 if args.sqlite else args.workers
         with production_server(env, workers) as url:
             bearer, eraser = setup(url)
