@@ -8,10 +8,12 @@ as that command would (`runpy`, with its own environment, working directory and 
 It is a real process on real sockets, signalled, killed and reaped as one, and `Forked`
 answers for it as `subprocess.Popen` would. Scripts that import Headwater to race each
 other or to die at a step (`python -c CODE`) are forked the same way (`run_script`,
-`start_script`).
+`start_script`), and so are the operator commands the tests run to their end
+(`run_command`): what they print and how they end is what those tests check, and their
+start-up time is `bench/cli_startup.py`'s.
 
-A command runs this way only when a new interpreter would import nothing differently:
-`serve` with one API process and neither SFTP nor SMTP beside it (several API processes
+A server command runs this way only when a new interpreter would import nothing
+differently: `serve` with one API process and neither SFTP nor SMTP beside it (several API processes
 are spawned anew by uvicorn's supervisor; SFTP or SMTP beside the API set up metrics for
 several processes before the API is imported), `worker`, `sftp` and `smtp`, with their
 output going to a file. `launch` gives every other command to `subprocess.Popen`."""
