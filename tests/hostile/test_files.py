@@ -120,8 +120,9 @@ def test_nul_in_a_row_is_a_row_error_with_keyword_characters(
 def test_nul_past_the_first_chunk_read_is_found_in_its_row(files: FileTenant) -> None:
     """The parser looks for U+0000 in each piece it reads (1 MiB), then only in the rows
     of a file that holds one: a NUL in a later piece is still its row's error."""
-    rows = 300_000  # 1.2 MB: the NUL comes in the second piece read
-    body = "order_id,amount\n" + "A,1\n" * rows + "B\x00,2\nC,3\n"
+    rows = 20_000  # of 63 bytes, 1.26 MB: the NUL comes in the second piece read
+    body = "order_id,amount\n" + f"{'A' * 60},1\n" * rows + "B\x00,2\nC,3\n"
+    assert body.index("\x00") > 1024 * 1024
     transaction = files.upload(body, "text/csv")
     assert transaction["status"] == "rejected"
     assert transaction["errors"] == [
