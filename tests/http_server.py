@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests import preloaded
-from tests.factories import SEALING_KEY
+from tests.factories import OPERATOR_ID, OPERATOR_SECRET, SEALING_KEY
 
 # the test being run (`tests/conftest.py` sets it before each test's set-up)
 CURRENT: list[pytest.Item] = []
@@ -77,6 +77,21 @@ def wait_healthy(base: str, process: preloaded.Process, log: Path) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("server did not start:\n" + log.read_text())
         time.sleep(0.1)
+
+
+def operated_env(data_dir: Path, database_url: str | None = None, **extra: str) -> dict[str, str]:
+    """The settings of a server the tests operate: its data directory, its database
+    (SQLite in the data directory when None), the tests' bootstrap operator, warnings
+    and worse in its log; then `extra`."""
+    env = {
+        "HEADWATER_DATA_DIR": str(data_dir),
+        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
+        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
+        "HEADWATER_LOG_LEVEL": "WARNING",
+    }
+    if database_url:
+        env["HEADWATER_DATABASE_URL"] = database_url
+    return env | extra
 
 
 def process_env(env: dict[str, str]) -> dict[str, str]:

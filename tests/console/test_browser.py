@@ -27,7 +27,7 @@ from tests.factories import (
     get_token,
 )
 from tests.files.conftest import FileTenant
-from tests.http_server import ServerProcess
+from tests.http_server import ServerProcess, operated_env
 from tests.webhooks.receiver import running_receiver
 
 pytestmark = pytest.mark.http
@@ -62,16 +62,13 @@ def site(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Site]:
     data = tmp_path_factory.mktemp("console")
-    env = {
-        "HEADWATER_DATA_DIR": str(data),
-        "HEADWATER_LOG_LEVEL": "WARNING",
-        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
-        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
-        "HEADWATER_WEBHOOK_ALLOW_HTTP": "true",
-        "HEADWATER_WEBHOOK_ALLOW_PRIVATE": "true",
-        "HEADWATER_WEBHOOK_POLL_SECONDS": "0.05",
-        "HEADWATER_FILE_WORKERS": "1",
-    }
+    env = operated_env(
+        data,
+        HEADWATER_WEBHOOK_ALLOW_HTTP="true",
+        HEADWATER_WEBHOOK_ALLOW_PRIVATE="true",
+        HEADWATER_WEBHOOK_POLL_SECONDS="0.05",
+        HEADWATER_FILE_WORKERS="1",
+    )
     with contextlib.ExitStack() as stack:
         if request.param == "postgresql":
             _, url = stack.enter_context(fresh_pg_database("hw_console"))

@@ -126,16 +126,9 @@ def served_files(tmp_path: Path, database_url: str | None) -> Iterator[FileTenan
     """`headwater serve` (its worker inside) on `tmp_path`, and a file tenant of it over
     real HTTP."""
     from tests.factories import OPERATOR_ID, OPERATOR_SECRET, auth, get_token
-    from tests.http_server import running_server
+    from tests.http_server import operated_env, running_server
 
-    env = {
-        "HEADWATER_DATA_DIR": str(tmp_path),
-        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
-        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
-        "HEADWATER_LOG_LEVEL": "WARNING",
-    }
-    if database_url:
-        env["HEADWATER_DATABASE_URL"] = database_url
+    env = operated_env(tmp_path, database_url)
     with running_server(env) as base, httpx.Client(base_url=base, timeout=30) as http:
         admin = auth(get_token(http, OPERATOR_ID, OPERATOR_SECRET))
         yield FileTenant(http, admin, create_company(http, admin, "Real"))  # type: ignore[arg-type]

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.factories import OPERATOR_ID, OPERATOR_SECRET, fresh_pg_database
+from tests.factories import fresh_pg_database
 from tests.files.conftest import FileTenant
-from tests.http_server import ServerProcess
+from tests.http_server import ServerProcess, operated_env
 from tests.reliability.conftest import operator_headers
 
 pytestmark = pytest.mark.http
@@ -142,13 +142,7 @@ def test_long_polls_last_their_whole_wait_past_the_header_timeout(
     """The header timeout guards header blocks only: a response sent 30 s after its
     request (each `wait` at its maximum) reaches the client, on a server whose header
     timeout is 2 s."""
-    env = {
-        "HEADWATER_DATA_DIR": str(tmp_path),
-        "HEADWATER_HTTP_HEADER_TIMEOUT_SECONDS": "2",
-        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
-        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
-        "HEADWATER_LOG_LEVEL": "WARNING",
-    }
+    env = operated_env(tmp_path, HEADWATER_HTTP_HEADER_TIMEOUT_SECONDS="2")
     with contextlib.ExitStack() as stack:
         if database == "postgresql":
             _, url = stack.enter_context(fresh_pg_database("hw_poll"))

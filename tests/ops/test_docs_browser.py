@@ -20,7 +20,7 @@ from tests.factories import (
     create_ingestion_client,
     get_token,
 )
-from tests.http_server import ServerProcess
+from tests.http_server import ServerProcess, operated_env
 
 pytestmark = pytest.mark.http
 
@@ -29,12 +29,7 @@ pytestmark = pytest.mark.http
 def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = tmp_path_factory.mktemp("docs")
     server = ServerProcess(
-        {
-            "HEADWATER_DATA_DIR": str(data),
-            "HEADWATER_LOG_LEVEL": "WARNING",
-            "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
-            "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
-        },
+        operated_env(data),
         log=data / "server.log",
     ).start()
     yield server.url

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.factories import AUDIENCE, OPERATOR_ID, OPERATOR_SECRET, fresh_pg_database
-from tests.http_server import free_port
+from tests.http_server import free_port, operated_env
 
 
 @pytest.fixture
@@ -25,15 +25,7 @@ def pg_url() -> Iterator[str]:
 
 
 def server_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]:
-    return {
-        "HEADWATER_DATA_DIR": str(data_dir),
-        "HEADWATER_DATABASE_URL": database_url,
-        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
-        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
-        "HEADWATER_LOG_LEVEL": "WARNING",
-        "HEADWATER_DB_CONNECT_TIMEOUT_SECONDS": "1",
-        **extra,
-    }
+    return operated_env(data_dir, database_url, HEADWATER_DB_CONNECT_TIMEOUT_SECONDS="1", **extra)
 
 
 def operator_headers(url: str) -> dict[str, str]:

@@ -30,7 +30,7 @@ from tests.factories import (
 )
 from tests.files.conftest import FileTenant
 from tests.files.test_quarantine import BODY as QUARANTINE_CSV
-from tests.http_server import ServerProcess
+from tests.http_server import ServerProcess, operated_env
 from tests.reliability.conftest import operator_headers
 from tests.tenants import Tenant
 
@@ -655,12 +655,7 @@ def test_secrets_are_not_echoed_in_error_bodies(client: TestClient) -> None:
 @pytest.mark.http
 def test_tokens_and_secrets_are_not_logged(tmp_path: Path) -> None:
     """A real server at INFO: tokens, secrets and presigned signatures stay out of its log."""
-    env = {
-        "HEADWATER_DATA_DIR": str(tmp_path),
-        "HEADWATER_BOOTSTRAP_CLIENT_ID": OPERATOR_ID,
-        "HEADWATER_BOOTSTRAP_CLIENT_SECRET": OPERATOR_SECRET,
-        "HEADWATER_LOG_LEVEL": "DEBUG",
-    }
+    env = operated_env(tmp_path, HEADWATER_LOG_LEVEL="DEBUG")
     server = ServerProcess(env, log=tmp_path / "server.log").start()
     wrong = "wrong-" + uuid.uuid4().hex
     try:
