@@ -68,24 +68,20 @@ def collecting_less() -> Iterator[None]:
     each time an app of the tests started).
     """
     global _running
-    if _running or gc.get_freeze_count():
-        _running += 1
-        try:
-            yield
-        finally:
-            _running -= 1
-        return
-    default = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(YOUNG_COLLECTION, *default[1:])
+    outermost = not _running and not gc.get_freeze_count()
+    if outermost:
+        default = gc.get_threshold()
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(YOUNG_COLLECTION, *default[1:])
     _running += 1
     try:
         yield
     finally:
         _running -= 1
-        gc.unfreeze()
-        gc.set_threshold(*default)
+        if outermost:
+            gc.unfreeze()
+            gc.set_threshold(*default)
 
 
 # how many `collecting_less` run now in this process (apps started in one another)
