@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +108,8 @@ def run_command(
     capture_output=True, text=True, timeout=timeout)`, forked: an operator command run to
     its end. A new interpreter spent about a second of CPU importing what the fork
     server has imported (57 of the in-process step's CPU-seconds)."""
-    files = Path(tempfile.mkdtemp(prefix="command-"))
-    out, err = str(files / "out"), str(files / "err")
-    process = _CONTEXT.Process(
-        target=_run, args=(list(args), env, None, out, err), name="command", daemon=True
-    )
-    process.start()
-    return Script([sys.executable, "-m", "headwater.cli", *args], process, files).finish(timeout)
+    argv = [sys.executable, "-m", "headwater.cli", *args]
+    return Script.start(argv, _run, list(args), env, None).finish(timeout)
 
 
 def forkable(argv: Sequence[str], popen: dict[str, Any]) -> list[str] | None:
@@ -150,17 +145,23 @@ def run_script(
 
 def start_script(code: str, *args: str, env: dict[str, str]) -> Script:
     """`python -c CODE ARGS` forked, its output kept in files until `finish`."""
-    files = Path(tempfile.mkdtemp(prefix="script-"))
-    out, err = str(files / "out"), str(files / "err")
-    process = _CONTEXT.Process(
-        target=_run_script, args=(code, list(args), env, out, err), name="script", daemon=True
-    )
-    process.start()
-    return Script(["-c", code, *args], process, files)
+    return Script.start(["-c", code, *args], _run_script, code, list(args), env)
 
 
 class Script(Forked):
-    """A forked `python -c` and the files its output goes to."""
+    """A forked `python -c` or operator command, and the files its output goes to."""
+
+    @classmethod
+    def start(cls, argv: Sequence[str], target: Callable[..., None], *args: Any) -> Script:
+        """`target(*args, OUT, ERR)` forked (`argv` is what it stands for), OUT and ERR
+        the files its standard output and error go to until `finish`."""
+        files = Path(tempfile.mkdtemp(prefix="script-"))
+        out, err = str(files / "out"), str(files / "err")
+        process = _CONTEXT.Process(
+            target=target, args=(*args, out, err), name="script", daemon=True
+        )
+        process.start()
+        return cls(argv, process, files)
 
     def __init__(self, args: Sequence[str], process: Any, files: Path) -> None:
         super().__init__(args, process)
