@@ -7,7 +7,6 @@ row here."""
 from __future__ import annotations
 
 import re
-import uuid
 from dataclasses import dataclass
 
 import pytest
@@ -15,7 +14,7 @@ from starlette.testclient import TestClient
 
 from tests.console.conftest import Browser
 from tests.factories import OPERATOR_ID, OPERATOR_SECRET, auth, create_credential, get_token
-from tests.reliability.test_isolation import EVERY_SCOPE, MISSING, Company, _ids
+from tests.reliability.test_isolation import EVERY_SCOPE, MISSING, Company, _ids, company_pair
 from tests.routes import every_route
 
 MISSING_COMPANY = "00000000-0000-4000-8000-000000000000"
@@ -130,8 +129,7 @@ def matrix_pair(client: TestClient) -> tuple[Company, Company, Browser]:
 
 
 def _pair(client: TestClient, admin: dict[str, str]) -> tuple[Company, Company, Browser]:
-    suffix = uuid.uuid4().hex[:6]
-    a, b = Company(client, admin, f"A {suffix}"), Company(client, admin, f"B {suffix}")
+    a, b = company_pair(client, admin)
     credential = create_credential(client, admin, b.workflows.company_id, scopes=EVERY_SCOPE)
     return a, b, Browser(client).signed_in(credential)
 

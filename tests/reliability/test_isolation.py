@@ -407,7 +407,7 @@ def _comparable(response: Any, ids: dict[str, str]) -> tuple[int, str]:
 
 @pytest.fixture
 def a_and_b(client: TestClient, admin: dict[str, str]) -> tuple[Company, Company]:
-    return _pair(client, admin)
+    return company_pair(client, admin)
 
 
 @pytest.fixture(scope="module")
@@ -416,10 +416,10 @@ def matrix_pair(client: TestClient) -> tuple[Company, Company]:
     call answered as for a missing resource and left A's resources as they were, so a
     row that changed them fails there. A pair for each of some 130 rows was a sixth of
     the in-process step's time in this file (0.2 s of CPU a pair)."""
-    return _pair(client, auth(get_token(client, OPERATOR_ID, OPERATOR_SECRET)))
+    return company_pair(client, auth(get_token(client, OPERATOR_ID, OPERATOR_SECRET)))
 
 
-def _pair(client: TestClient, admin: dict[str, str]) -> tuple[Company, Company]:
+def company_pair(client: TestClient, admin: dict[str, str]) -> tuple[Company, Company]:
     suffix = uuid.uuid4().hex[:6]
     return Company(client, admin, f"A {suffix}"), Company(client, admin, f"B {suffix}")
 
