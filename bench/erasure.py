@@ -292,7 +292,7 @@ def main() -> None:
     factor = 3 if args.sqlite else 1
     print(
         f"{kind} workers={workers} cores={os.cpu_count()} records={args.records:,} "
-        f"subjects={args.subjects:,} (loaded in {loaded:.0f} s)"
+        f"subjects={args.subjects:,} duty={args.duty or 'default'} (loaded in {loaded:.0f} s)"
     )
     rate = {name: combine(found).requests_per_second * BATCH for name, found in ingest.items()}
     each = " ".join(
