@@ -239,6 +239,16 @@ async def vacuum_queues(runtime: Runtime) -> None:
         log.info("queue table vacuumed", table=table, dead_rows=dead)
 
 
+async def remove_deleted_endpoints(runtime: Runtime) -> None:
+    """The backlogs of webhook endpoints deleted through the API: removed in short
+    database transactions, then the endpoints (`webhooks.service.remove_deleted`)."""
+    from headwater.webhooks import service as webhooks
+
+    removed = await anyio.to_thread.run_sync(webhooks.remove_deleted, runtime.db)
+    if removed:
+        log.info("deleted webhook endpoints' deliveries removed", count=removed)
+
+
 async def purge_exports(runtime: Runtime) -> None:
     """Export files past their lifetime (HEADWATER_EXPORT_RETENTION_HOURS): deleted."""
     purged = await anyio.to_thread.run_sync(exports.purge, runtime.db, runtime.store)
@@ -295,6 +305,11 @@ def periodic(settings: Settings) -> list[scheduler.Periodic]:
             )
         ),
         scheduler.Periodic("vacuum_queues", VACUUM_SECONDS, vacuum_queues),
+        # soon after a deletion: until then each lease passes over the endpoint's due
+        # deliveries
+        scheduler.Periodic(
+            "remove_deleted_endpoints", min(every, VACUUM_SECONDS), remove_deleted_endpoints
+        ),
         scheduler.Periodic("sweep_orphans", ORPHAN_SECONDS, sweep_orphans),
         scheduler.Periodic("apply_retention", RETENTION_SECONDS, apply_retention),
     ]

@@ -33,6 +33,11 @@ class WebhookEndpoint(Base):
     __tablename__ = "webhook_endpoints"
     __table_args__ = (Index(None, "company_id", "created_at"),)
 
+    # `status` of an endpoint deleted through the API: gone from it, its deliveries
+    # never leased, until the worker has removed them and then the row
+    # (`service.remove_deleted`)
+    DELETED = "deleted"
+
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     company_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     url: Mapped[str] = mapped_column(String(2048))

@@ -163,7 +163,9 @@ def update_endpoint(
 def delete_endpoint(
     endpoint_id: EndpointId, session: SessionDep, caller: WebhooksManage
 ) -> Response:
-    """Delete the endpoint with its deliveries: nothing more is sent to it."""
+    """Delete the endpoint with its deliveries: from this answer on it is not found and
+    nothing more is sent to it (an attempt already under way may still arrive); its
+    deliveries and their attempts are removed by the worker within seconds."""
     service.delete_endpoint(session, company_id=caller.actor.company_id, endpoint_id=endpoint_id)
     return Response(status_code=204)
 
