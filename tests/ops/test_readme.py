@@ -160,6 +160,10 @@ def test_the_readme_is_a_short_tutorial_that_links_every_docs_page() -> None:
             assert (ROOT / page).parent.joinpath(target).resolve().exists(), (page, target)
 
 
+# Every block of the README and the docs one after another, each within its own 120 s:
+# 62 s on an idle machine, and the suite's 120 s bound (there to catch a hang) was
+# reached at load 10 (2026-11-30)
+@pytest.mark.timeout(600)
 @pytest.mark.long
 def test_every_example_of_the_readme_and_the_docs_runs_as_written_against_the_demo(
     demo: dict[str, object],
