@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import orjson
 from sqlalchemy import (
     JSON,
+    ColumnElement,
     Connection,
     DateTime,
     Engine,
@@ -197,27 +199,40 @@ class Numbering:
         return head, given
 
 
-def delete_in_batches(db: Database, key: Any, value: Any, *, order: Any, batch: int) -> int:
-    """Delete the rows whose `key` column holds `value`, `batch` rows (the first by the
-    `order` column) a short transaction of its own, so that no transaction holds a large
-    delete; how many. Needs an index on (`key`, `order`).
+def in_batches(
+    db: Database, key: Any, value: Any, *, order: Any, batch: int
+) -> Generator[tuple[Connection, ColumnElement[bool]], None, None]:
+    """The rows whose `key` column holds `value`, `batch` rows (the first by the `order`
+    column) a short transaction of its own: each step yields its connection, in that
+    transaction, and the condition that picks the step's rows, for the caller's write.
+    Needs an index on (`key`, `order`). Close it (`contextlib.closing`) where the
+    caller's write may fail: the step's transaction ends then, not when it is collected.
 
-    Each step deletes a range, from where the last ended to the `batch`-th row's `order`:
+    Each step is a range, from where the last ended to the `batch`-th row's `order`:
     two index range scans whatever the planner believes, over no dead entries. (A
     `seq IN (SELECT ... LIMIT n)` form, planned from stale statistics, scanned every
     row of the key at each step: a 300,000-row discard outlasted a test's 120 s.)"""
-    removed = 0
     left = key == value  # and, after the first step, `order` past the last range
     while True:
         with db.begin() as connection:
             last = connection.execute(
                 select(order).where(left).order_by(order).offset(batch - 1).limit(1)
             ).scalar()
-            step = left if last is None else and_(left, order <= last)
-            removed += int(connection.execute(delete(key.class_).where(step)).rowcount)
+            yield connection, left if last is None else and_(left, order <= last)
         if last is None:
-            return removed
+            return
         left = and_(key == value, order > last)
+
+
+def delete_in_batches(db: Database, key: Any, value: Any, *, order: Any, batch: int) -> int:
+    """Delete the rows whose `key` column holds `value`, `batch` rows a short transaction
+    of its own (`in_batches`), so that no transaction holds a large delete; how many."""
+    batches = in_batches(db, key, value, order=order, batch=batch)
+    with contextlib.closing(batches):  # a delete that fails ends its step's transaction now
+        return sum(
+            int(connection.execute(delete(key.class_).where(step)).rowcount)
+            for connection, step in batches
+        )
 
 
 def driver_execute(connection: Connection, statement: str, params: Mapping[str, Any]) -> list[Any]:
