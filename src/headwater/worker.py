@@ -249,6 +249,16 @@ async def remove_deleted_endpoints(runtime: Runtime) -> None:
         log.info("deleted webhook endpoints' deliveries removed", count=removed)
 
 
+async def unschedule_disabled_endpoints(runtime: Runtime) -> None:
+    """The pending deliveries of webhook endpoints disabled since: out of the schedule,
+    in short database transactions (`webhooks.dispatch.unschedule_disabled`)."""
+    from headwater.webhooks import dispatch
+
+    moved = await anyio.to_thread.run_sync(dispatch.unschedule_disabled, runtime.db)
+    if moved:
+        log.info("disabled webhook endpoints' deliveries unscheduled", count=moved)
+
+
 async def purge_exports(runtime: Runtime) -> None:
     """Export files past their lifetime (HEADWATER_EXPORT_RETENTION_HOURS): deleted."""
     purged = await anyio.to_thread.run_sync(exports.purge, runtime.db, runtime.store)
@@ -305,10 +315,15 @@ def periodic(settings: Settings) -> list[scheduler.Periodic]:
             )
         ),
         scheduler.Periodic("vacuum_queues", VACUUM_SECONDS, vacuum_queues),
-        # soon after a deletion: until then each lease passes over the endpoint's due
-        # deliveries
+        # soon after a deletion or a disabling: until then each lease passes over the
+        # endpoint's due deliveries
         scheduler.Periodic(
             "remove_deleted_endpoints", min(every, VACUUM_SECONDS), remove_deleted_endpoints
+        ),
+        scheduler.Periodic(
+            "unschedule_disabled_endpoints",
+            min(every, VACUUM_SECONDS),
+            unschedule_disabled_endpoints,
         ),
         scheduler.Periodic("sweep_orphans", ORPHAN_SECONDS, sweep_orphans),
         scheduler.Periodic("apply_retention", RETENTION_SECONDS, apply_retention),

@@ -349,9 +349,13 @@ def test_an_endpoint_failing_for_five_days_is_disabled_with_an_event(
     assert events[0]["data"]["id"] == endpoint["id"]
     assert events[0]["data"]["status"] == "disabled"
     assert "secret" not in json.dumps(events[0])
-    # a disabled endpoint's pending deliveries leave the schedule until it is enabled
-    (pending,) = hooks.deliveries(endpoint["id"])
-    assert pending["status"] == "pending" and pending["next_attempt_at"] is None
+    # a disabled endpoint's pending deliveries leave the schedule (the worker takes them
+    # out after the recorder's transaction: `dispatch.unschedule_disabled`) until it is
+    # enabled
+    (pending,) = hooks.wait_deliveries(
+        endpoint["id"], lambda found: found[0]["next_attempt_at"] is None
+    )
+    assert pending["status"] == "pending"
     # a replay while it is disabled queues without scheduling
     replayed = hooks.client.post(
         f"{path}/replay", json={"since": "2020-01-01T00:00:00Z"}, headers=hooks.headers

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 # The newest revision: commands that only need the database current compare it with the
 # database's own and import Alembic only when they differ (tests check it is the head).
-HEAD = "0026"
+HEAD = "0027"
 T = TypeVar("T")
 log = logging.getLogger("headwater.migrations")
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     ForeignKey,
     ForeignKeyConstraint,
     Index,
@@ -16,6 +17,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    false,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -48,6 +50,9 @@ class WebhookEndpoint(Base):
     previous_secret: Mapped[str | None] = mapped_column(Text, default=None)
     previous_secret_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     failing_since: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    # disabled, and its pending deliveries not all taken out of the schedule yet: the
+    # worker does it a batch a transaction (`dispatch.unschedule_disabled`)
+    rescheduling: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     author_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
