@@ -239,24 +239,20 @@ async def vacuum_queues(runtime: Runtime) -> None:
         log.info("queue table vacuumed", table=table, dead_rows=dead)
 
 
-async def remove_deleted_endpoints(runtime: Runtime) -> None:
-    """The backlogs of webhook endpoints deleted through the API: removed in short
-    database transactions, then the endpoints (`webhooks.service.remove_deleted`)."""
+async def tend_endpoint_backlogs(runtime: Runtime) -> None:
+    """The backlogs of webhook endpoints changed through the API or by the disabling
+    rule, moved after the change in short database transactions: a deleted endpoint's
+    removed, then the endpoint (`webhooks.service.remove_deleted`); a disabled one's out
+    of the schedule, an enabled one's due again (`webhooks.dispatch.reschedule`)."""
+    from headwater.webhooks import dispatch
     from headwater.webhooks import service as webhooks
 
     removed = await anyio.to_thread.run_sync(webhooks.remove_deleted, runtime.db)
     if removed:
         log.info("deleted webhook endpoints' deliveries removed", count=removed)
-
-
-async def unschedule_disabled_endpoints(runtime: Runtime) -> None:
-    """The pending deliveries of webhook endpoints disabled since: out of the schedule,
-    in short database transactions (`webhooks.dispatch.unschedule_disabled`)."""
-    from headwater.webhooks import dispatch
-
-    moved = await anyio.to_thread.run_sync(dispatch.unschedule_disabled, runtime.db)
+    moved = await anyio.to_thread.run_sync(dispatch.reschedule, runtime.db)
     if moved:
-        log.info("disabled webhook endpoints' deliveries unscheduled", count=moved)
+        log.info("webhook deliveries rescheduled after a status change", count=moved)
 
 
 async def purge_exports(runtime: Runtime) -> None:
@@ -315,15 +311,10 @@ def periodic(settings: Settings) -> list[scheduler.Periodic]:
             )
         ),
         scheduler.Periodic("vacuum_queues", VACUUM_SECONDS, vacuum_queues),
-        # soon after a deletion or a disabling: until then each lease passes over the
-        # endpoint's due deliveries
+        # soon after a change: until then each lease passes over a deleted or disabled
+        # endpoint's due deliveries, and an enabled one's oldest wait
         scheduler.Periodic(
-            "remove_deleted_endpoints", min(every, VACUUM_SECONDS), remove_deleted_endpoints
-        ),
-        scheduler.Periodic(
-            "unschedule_disabled_endpoints",
-            min(every, VACUUM_SECONDS),
-            unschedule_disabled_endpoints,
+            "tend_endpoint_backlogs", min(every, VACUUM_SECONDS), tend_endpoint_backlogs
         ),
         scheduler.Periodic("sweep_orphans", ORPHAN_SECONDS, sweep_orphans),
         scheduler.Periodic("apply_retention", RETENTION_SECONDS, apply_retention),

@@ -133,14 +133,14 @@ def test_a_failing_job_does_not_stop_the_others(client: TestClient) -> None:
 
 def test_every_periodic_job_is_scheduled(client: TestClient) -> None:
     """The worker's jobs: the orphan sweep hourly, the queues' vacuum every 10 s (a read
-    of the server's statistics), the backlogs of webhook endpoints deleted or disabled
-    every worker interval or 10 s, whichever is shorter, the verification keys in each
+    of the server's statistics), the backlogs of webhook endpoints deleted, disabled or
+    enabled every worker interval or 10 s, whichever is shorter, the verification keys in each
     process, the rest once a worker interval across processes."""
     settings = _runtime(client).settings
     jobs = {job.name: job for job in worker.periodic(settings)}
     assert jobs["sweep_orphans"].every == worker.ORPHAN_SECONDS
     assert jobs["vacuum_queues"].every == worker.VACUUM_SECONDS == 10
-    soon = {"remove_deleted_endpoints", "unschedule_disabled_endpoints"}
+    soon = {"tend_endpoint_backlogs"}
     for name in soon:
         assert jobs[name].every == min(settings.worker_interval_seconds, 10), name
     assert jobs["refresh_verification_keys"].everywhere

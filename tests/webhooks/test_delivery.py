@@ -350,7 +350,7 @@ def test_an_endpoint_failing_for_five_days_is_disabled_with_an_event(
     assert events[0]["data"]["status"] == "disabled"
     assert "secret" not in json.dumps(events[0])
     # a disabled endpoint's pending deliveries leave the schedule (the worker takes them
-    # out after the recorder's transaction: `dispatch.unschedule_disabled`) until it is
+    # out after the recorder's transaction: `dispatch.reschedule`) until it is
     # enabled
     (pending,) = hooks.wait_deliveries(
         endpoint["id"], lambda found: found[0]["next_attempt_at"] is None

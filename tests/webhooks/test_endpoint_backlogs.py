@@ -6,7 +6,9 @@ the endpoint's row, for 2-5 s.
 - Deleted: gone from the API at once, its deliveries never leased again, then removed
   with their attempts.
 - Disabled: never leased from then on; its pending deliveries then leave the schedule
-  (no due time, so that leases do not pass over them). Enabled again: due at once.
+  (no due time, so that leases do not pass over them).
+- Enabled again: those among its newest deliveries due at once, in the request; the
+  older ones after it.
 """
 
 from __future__ import annotations
@@ -256,18 +258,19 @@ def test_a_disabled_endpoints_backlog_leaves_the_schedule_after_the_answer(
 ) -> None:
     paused, kept = _backlog(loopback_ok, settings, db, 30)
     service.remove_deleted(db)  # what earlier tests on this database deleted
-    dispatch.unschedule_disabled(db)  # and disabled
+    dispatch.reschedule(db)  # and disabled
     _patch(loopback_ok, paused, "disabled")
     assert _scheduled(db, paused) == 30  # the request moved none of them
     assert _leased(db, settings, loopback_ok.company_id) == [kept] * 30
 
-    assert dispatch.unschedule_disabled(db, batch=7) == 30
+    assert dispatch.reschedule(db, batch=7) == 30
     assert _scheduled(db, paused) == 0
-    assert dispatch.unschedule_disabled(db, batch=7) == 0  # the mark is cleared
+    assert dispatch.reschedule(db, batch=7) == 0  # the mark is cleared
     assert _count(db, WebhookDelivery, paused) == 30
 
     _patch(loopback_ok, paused, "enabled")
-    assert _scheduled(db, paused) == 30  # due again at once
+    assert _scheduled(db, paused) == 30  # due again at once: fewer than ENABLED_AT_ONCE
+    assert dispatch.reschedule(db) == 0  # and no mark left
     time.sleep(1.1)  # the kept endpoint's leases (of 1 s) have run out
     assert sorted(_leased(db, settings, loopback_ok.company_id)) == sorted([paused, kept] * 30)
 
@@ -276,12 +279,12 @@ def test_an_unscheduling_stopped_between_batches_finishes_on_its_next_run(
     loopback_ok: HookTenant, settings: Settings, db: Database
 ) -> None:
     paused, kept = _backlog(loopback_ok, settings, db, 30)
-    dispatch.unschedule_disabled(db)  # what earlier tests on this database disabled
+    dispatch.reschedule(db)  # what earlier tests on this database disabled
     _patch(loopback_ok, paused, "disabled")
     with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", 3), pytest.raises(Stopped):
-        dispatch.unschedule_disabled(db, batch=10)
+        dispatch.reschedule(db, batch=10)
     assert _scheduled(db, paused) == 10  # two batches went, the third did not
-    assert dispatch.unschedule_disabled(db, batch=10) == 10
+    assert dispatch.reschedule(db, batch=10) == 10
     assert _scheduled(db, paused) == 0
     assert _scheduled(db, kept) == 30
 
@@ -290,12 +293,124 @@ def test_an_endpoint_enabled_during_its_unscheduling_keeps_every_delivery_due(
     loopback_ok: HookTenant, settings: Settings, db: Database
 ) -> None:
     paused, _ = _backlog(loopback_ok, settings, db, 30)
-    dispatch.unschedule_disabled(db)  # what earlier tests on this database disabled
+    dispatch.reschedule(db)  # what earlier tests on this database disabled
     _patch(loopback_ok, paused, "disabled")
     with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", 2), pytest.raises(Stopped):
-        dispatch.unschedule_disabled(db, batch=10)
+        dispatch.reschedule(db, batch=10)
     assert _scheduled(db, paused) == 20
     _patch(loopback_ok, paused, "enabled")
     assert _scheduled(db, paused) == 30
-    assert dispatch.unschedule_disabled(db, batch=10) == 0
+    assert dispatch.reschedule(db, batch=10) == 0
     assert _scheduled(db, paused) == 30
+
+
+def _due_seqs(db: Database, endpoint_id: str) -> list[int]:
+    """The event positions of the endpoint's pending deliveries with a due time."""
+    chosen = (
+        select(WebhookDelivery.event_seq)
+        .where(
+            WebhookDelivery.endpoint_id == uuid.UUID(endpoint_id),
+            WebhookDelivery.status == "pending",
+            WebhookDelivery.next_attempt_at.is_not(None),
+        )
+        .order_by(WebhookDelivery.event_seq)
+    )
+    with db.read_connection() as connection:
+        return list(connection.scalars(chosen))
+
+
+def _paused(tenant: HookTenant, settings: Settings, db: Database, events: int) -> str:
+    """An endpoint with `events` pending deliveries, disabled and out of the schedule."""
+    paused, _ = _backlog(tenant, settings, db, events)
+    dispatch.reschedule(db)  # what earlier tests on this database changed
+    _patch(tenant, paused, "disabled")
+    dispatch.reschedule(db)
+    assert _scheduled(db, paused) == 0
+    return paused
+
+
+def test_an_endpoint_enabled_again_has_its_newest_due_at_once_and_the_rest_after(
+    loopback_ok: HookTenant, settings: Settings, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paused = _paused(loopback_ok, settings, db, 30)
+    monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 12)
+    with db.read_connection() as connection:
+        every = list(
+            connection.scalars(
+                select(WebhookDelivery.event_seq)
+                .where(WebhookDelivery.endpoint_id == uuid.UUID(paused))
+                .order_by(WebhookDelivery.event_seq)
+            )
+        )
+    _patch(loopback_ok, paused, "enabled")
+    assert _due_seqs(db, paused) == every[-12:]  # the newest, in the request
+
+    assert dispatch.reschedule(db, batch=7) == 18
+    assert _due_seqs(db, paused) == every
+    assert dispatch.reschedule(db, batch=7) == 0  # the mark is cleared
+
+
+def test_an_enabling_stopped_between_batches_finishes_on_its_next_run(
+    loopback_ok: HookTenant, settings: Settings, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paused = _paused(loopback_ok, settings, db, 30)
+    monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 5)
+    _patch(loopback_ok, paused, "enabled")
+    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", 3), pytest.raises(Stopped):
+        dispatch.reschedule(db, batch=10)
+    assert _scheduled(db, paused) == 5 + 20  # two batches went, the third did not
+    assert dispatch.reschedule(db, batch=10) == 5
+    assert _scheduled(db, paused) == 30
+    assert dispatch.reschedule(db, batch=10) == 0
+
+
+def test_an_endpoint_disabled_during_its_enabling_ends_out_of_the_schedule(
+    loopback_ok: HookTenant, settings: Settings, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paused = _paused(loopback_ok, settings, db, 30)
+    monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 5)
+    _patch(loopback_ok, paused, "enabled")
+    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", 2), pytest.raises(Stopped):
+        dispatch.reschedule(db, batch=10)
+    assert _scheduled(db, paused) == 15
+    _patch(loopback_ok, paused, "disabled")
+    assert paused not in _leased(db, settings, loopback_ok.company_id)  # disabled
+    assert dispatch.reschedule(db, batch=10) == 15
+    assert _scheduled(db, paused) == 0
+    assert dispatch.reschedule(db, batch=10) == 0
+
+
+def _unscheduled(db: Database, endpoint_id: str) -> int:
+    """The endpoint's pending deliveries without a due time."""
+    chosen = select(func.count()).where(
+        WebhookDelivery.endpoint_id == uuid.UUID(endpoint_id),
+        WebhookDelivery.status == "pending",
+        WebhookDelivery.next_attempt_at.is_(None),
+    )
+    with db.read_connection() as connection:
+        return int(connection.scalar(chosen) or 0)
+
+
+def test_the_worker_schedules_an_enabled_endpoints_older_deliveries(
+    make_client: Any,
+    loopback_ok: HookTenant,
+    settings: Settings,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    paused = _paused(loopback_ok, settings, db, 25)
+    working = loopback_ok.using(
+        make_client(
+            worker_enabled=True,
+            file_workers=0,
+            worker_interval_seconds=0.2,
+            webhook_allow_http=True,
+            webhook_allow_private=True,
+        )
+    )
+    monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 5)
+    _patch(working, paused, "enabled")
+    deadline = time.monotonic() + 60
+    while _unscheduled(db, paused) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _unscheduled(db, paused) == 0

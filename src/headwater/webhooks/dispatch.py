@@ -498,55 +498,73 @@ def lock_endpoints(connection: Connection, endpoint_ids: set[uuid.UUID]) -> None
         )
 
 
+# deliveries of an endpoint enabled again that its enabling itself looks at: the newest,
+# through its unique index (the rest, if it has more, after it: `reschedule`)
+ENABLED_AT_ONCE = 5000
+
+
 def schedule(connection: Connection, endpoint_id: uuid.UUID, *, enabled: bool) -> None:
-    """An endpoint disabled (its row locked by the caller): its pending deliveries leave
-    the schedule (no due time, so a claim never walks over them, however many wait),
-    after this transaction, a batch a transaction (`unschedule_disabled`); claims pass
-    them by until then (`claim` takes enabled endpoints' alone). As one statement here,
-    100,000 of them took 2-3 s, in the recorder's transaction for every company's
-    outcomes when an endpoint failing for days was disabled. Enabled again: they are
-    due now, in this transaction."""
-    if not enabled:
-        connection.execute(
-            update(WebhookEndpoint)
-            .where(WebhookEndpoint.id == endpoint_id)
-            .values(rescheduling=True)
+    """An endpoint's status changed (its row locked by the caller): its pending
+    deliveries follow it a batch a transaction after this one (`reschedule`), so that a
+    change holds no large write (as one statement here, 100,000 of them took 2-5 s, in
+    the recorder's transaction for every company's outcomes when an endpoint failing for
+    days was disabled). Disabled: they leave the schedule (no due time, so a claim
+    never walks over them, however many wait); claims pass them by until then (`claim`
+    takes enabled endpoints' alone). Enabled again: those among its newest
+    `ENABLED_AT_ONCE` deliveries are due now, in this transaction, and the workers told;
+    any older ones after it."""
+    rest = True
+    if enabled:
+        oldest = connection.scalar(
+            select(WebhookDelivery.event_seq)
+            .where(WebhookDelivery.endpoint_id == endpoint_id)
+            .order_by(WebhookDelivery.event_seq.desc())
+            .offset(ENABLED_AT_ONCE)
+            .limit(1)
         )
-        return
-    connection.execute(
-        update(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id).values(rescheduling=False)
-    )
-    connection.execute(
-        update(WebhookDelivery)
-        .where(
+        rest = oldest is not None
+        chosen = [
             WebhookDelivery.endpoint_id == endpoint_id,
             WebhookDelivery.status == "pending",
             WebhookDelivery.next_attempt_at.is_(None),
+        ]
+        if rest:
+            chosen.append(WebhookDelivery.event_seq > oldest)
+        connection.execute(
+            update(WebhookDelivery).where(*chosen).values(next_attempt_at=utcnow_ms())
         )
-        .values(next_attempt_at=utcnow_ms())
+        wakeups.mark(connection, "events")  # the workers start them at once
+    connection.execute(
+        update(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id).values(rescheduling=rest)
     )
-    wakeups.mark(connection, "events")  # the workers start them at once
 
 
-# deliveries a transaction of `unschedule_disabled` looks at
-UNSCHEDULE_BATCH = 5000
+# deliveries a transaction of `reschedule` looks at
+RESCHEDULE_BATCH = 5000
 
 
-def unschedule_disabled(db: Database, *, batch: int = UNSCHEDULE_BATCH) -> int:
-    """Take the pending deliveries of endpoints disabled since (`schedule`) out of the
-    schedule: each endpoint's deliveries `batch` a short database transaction, in event
-    order through its unique index, each transaction with the endpoint's row locked
-    first (as every writer of both, `lock_endpoints`) and going on only while it is
-    still disabled; then its mark cleared. An endpoint enabled meanwhile is left as
-    its enabling made it; stopped anywhere, the next run goes on. How many went."""
+def reschedule(db: Database, *, batch: int = RESCHEDULE_BATCH) -> int:
+    """Bring the pending deliveries of endpoints whose status changed (`schedule`) into
+    line with it: a disabled one's out of the schedule, an enabled one's due now. Each
+    endpoint's deliveries `batch` a short database transaction, in event order through
+    its unique index, each transaction with the endpoint's row locked first (as every
+    writer of both, `lock_endpoints`) and going on only while its status is the one
+    the run began with; then its mark cleared. An endpoint whose status changed again
+    meanwhile is left marked for the next run; stopped anywhere, the next run goes on.
+    How many deliveries moved."""
     with db.read_connection() as connection:
-        marked = connection.scalars(
-            select(WebhookEndpoint.id)
-            .where(WebhookEndpoint.rescheduling.is_(True))
+        marked = connection.execute(
+            select(WebhookEndpoint.id, WebhookEndpoint.status)
+            .where(
+                WebhookEndpoint.rescheduling.is_(True),
+                WebhookEndpoint.status.in_(("enabled", "disabled")),
+            )
             .order_by(WebhookEndpoint.id)
         ).all()
     moved = 0
-    for endpoint_id in marked:
+    for endpoint_id, status in marked:
+        enabled = status == "enabled"
+        waiting = WebhookDelivery.next_attempt_at
         batches = in_batches(
             db,
             WebhookDelivery.endpoint_id,
@@ -557,20 +575,23 @@ def unschedule_disabled(db: Database, *, batch: int = UNSCHEDULE_BATCH) -> int:
         # closed at once when left early: the step's transaction ends (rolled back)
         with contextlib.closing(batches):
             for connection, step in batches:
-                if not _still_disabled(connection, endpoint_id):
+                if not _still(connection, endpoint_id, status):
                     break
-                moved += connection.execute(
+                count = connection.execute(
                     update(WebhookDelivery)
                     .where(
                         step,
                         WebhookDelivery.status == "pending",
-                        WebhookDelivery.next_attempt_at.is_not(None),
+                        waiting.is_(None) if enabled else waiting.is_not(None),
                     )
-                    .values(next_attempt_at=None)
+                    .values(next_attempt_at=utcnow_ms() if enabled else None)
                 ).rowcount
+                if enabled and count:
+                    wakeups.mark(connection, "events")
+                moved += count
             else:
                 with db.begin() as connection:
-                    if _still_disabled(connection, endpoint_id):
+                    if _still(connection, endpoint_id, status):
                         connection.execute(
                             update(WebhookEndpoint)
                             .where(WebhookEndpoint.id == endpoint_id)
@@ -579,12 +600,12 @@ def unschedule_disabled(db: Database, *, batch: int = UNSCHEDULE_BATCH) -> int:
     return moved
 
 
-def _still_disabled(connection: Connection, endpoint_id: uuid.UUID) -> bool:
-    """Whether the endpoint is disabled and marked still, its row locked."""
+def _still(connection: Connection, endpoint_id: uuid.UUID, status: str) -> bool:
+    """Whether the endpoint has `status` and is marked still, its row locked."""
     return bool(
         connection.scalar(
             select(WebhookEndpoint.rescheduling)
-            .where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.status == "disabled")
+            .where(WebhookEndpoint.id == endpoint_id, WebhookEndpoint.status == status)
             .with_for_update(key_share=True)
         )
     )
