@@ -13,6 +13,7 @@ the endpoint's row, for 2-5 s.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -414,3 +415,55 @@ def test_the_worker_schedules_an_enabled_endpoints_older_deliveries(
     while _unscheduled(db, paused) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _unscheduled(db, paused) == 0
+
+
+def _at_once(settings: Settings, run: Any) -> list[int]:
+    """`run(db)` in two threads at once, each with a database of its own (as two
+    workers whose runs of the job overlap: one outlasting its period); their answers."""
+    gate = threading.Barrier(2)
+    answers: list[int] = []
+
+    def one() -> None:
+        database = Database(settings)
+        try:
+            gate.wait()
+            answers.append(run(database))
+        finally:
+            database.dispose()
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(answers) == 2, "a run failed"
+    return answers
+
+
+def test_two_removals_at_once_remove_each_delivery_once(
+    loopback_ok: HookTenant, settings: Settings, db: Database
+) -> None:
+    gone, kept = _backlog(loopback_ok, settings, db, 60)
+    service.remove_deleted(db)  # what earlier tests on this database deleted
+    assert (
+        loopback_ok.client.delete(f"{ENDPOINTS}/{gone}", headers=loopback_ok.headers).status_code
+        == 204
+    )
+    answers = _at_once(settings, lambda database: service.remove_deleted(database, batch=5))
+    assert sum(answers) == 60
+    assert _count(db, WebhookDelivery, gone) == 0
+    assert _count(db, WebhookEndpoint, gone) == 0
+    assert _count(db, WebhookDelivery, kept) == 60
+
+
+def test_two_reschedulings_at_once_move_each_delivery_once(
+    loopback_ok: HookTenant, settings: Settings, db: Database
+) -> None:
+    paused, kept = _backlog(loopback_ok, settings, db, 60)
+    dispatch.reschedule(db)  # what earlier tests on this database changed
+    _patch(loopback_ok, paused, "disabled")
+    answers = _at_once(settings, lambda database: dispatch.reschedule(database, batch=5))
+    assert sum(answers) == 60
+    assert _scheduled(db, paused) == 0
+    assert _scheduled(db, kept) == 60
+    assert dispatch.reschedule(db) == 0
