@@ -203,10 +203,9 @@ def test_a_removal_stopped_between_batches_finishes_on_its_next_run(
     assert _count(db, WebhookDelivery, elsewhere) == 5
 
 
-def test_the_worker_removes_a_deleted_endpoints_backlog(
-    make_client: Any, hooks: HookTenant, settings: Settings, db: Database
-) -> None:
-    working = hooks.using(
+def _working(make_client: Any, tenant: HookTenant) -> HookTenant:
+    """The tenant on an app whose worker runs, its jobs every 0.2 s."""
+    return tenant.using(
         make_client(
             worker_enabled=True,
             file_workers=0,
@@ -215,6 +214,12 @@ def test_the_worker_removes_a_deleted_endpoints_backlog(
             webhook_allow_private=True,
         )
     )
+
+
+def test_the_worker_removes_a_deleted_endpoints_backlog(
+    make_client: Any, hooks: HookTenant, settings: Settings, db: Database
+) -> None:
+    working = _working(make_client, hooks)
     endpoint = working.endpoint("http://127.0.0.1:9/gone")
     working.write_events(settings, 25)
     dispatch.sequence_all(db, uuid.UUID(working.company_id))
@@ -229,15 +234,25 @@ def test_the_worker_removes_a_deleted_endpoints_backlog(
     assert _count(db, WebhookDelivery, endpoint["id"]) == 0
 
 
-def _scheduled(db: Database, endpoint_id: str) -> int:
-    """The endpoint's pending deliveries with a due time."""
-    chosen = select(func.count()).where(
-        WebhookDelivery.endpoint_id == uuid.UUID(endpoint_id),
-        WebhookDelivery.status == "pending",
-        WebhookDelivery.next_attempt_at.is_not(None),
+def _pending(db: Database, endpoint_id: str, *, scheduled: bool = True) -> list[int]:
+    """The event positions of the endpoint's pending deliveries with a due time (not
+    `scheduled`: without one), in order."""
+    due = WebhookDelivery.next_attempt_at
+    chosen = (
+        select(WebhookDelivery.event_seq)
+        .where(
+            WebhookDelivery.endpoint_id == uuid.UUID(endpoint_id),
+            WebhookDelivery.status == "pending",
+            due.is_not(None) if scheduled else due.is_(None),
+        )
+        .order_by(WebhookDelivery.event_seq)
     )
     with db.read_connection() as connection:
-        return int(connection.scalar(chosen) or 0)
+        return list(connection.scalars(chosen))
+
+
+def _scheduled(db: Database, endpoint_id: str) -> int:
+    return len(_pending(db, endpoint_id))
 
 
 def _leased(db: Database, settings: Settings, company_id: str) -> list[str]:
@@ -305,21 +320,6 @@ def test_an_endpoint_enabled_during_its_unscheduling_keeps_every_delivery_due(
     assert _scheduled(db, paused) == 30
 
 
-def _due_seqs(db: Database, endpoint_id: str) -> list[int]:
-    """The event positions of the endpoint's pending deliveries with a due time."""
-    chosen = (
-        select(WebhookDelivery.event_seq)
-        .where(
-            WebhookDelivery.endpoint_id == uuid.UUID(endpoint_id),
-            WebhookDelivery.status == "pending",
-            WebhookDelivery.next_attempt_at.is_not(None),
-        )
-        .order_by(WebhookDelivery.event_seq)
-    )
-    with db.read_connection() as connection:
-        return list(connection.scalars(chosen))
-
-
 def _paused(tenant: HookTenant, settings: Settings, db: Database, events: int) -> str:
     """An endpoint with `events` pending deliveries, disabled and out of the schedule."""
     paused, _ = _backlog(tenant, settings, db, events)
@@ -344,21 +344,36 @@ def test_an_endpoint_enabled_again_has_its_newest_due_at_once_and_the_rest_after
             )
         )
     _patch(loopback_ok, paused, "enabled")
-    assert _due_seqs(db, paused) == every[-12:]  # the newest, in the request
+    assert _pending(db, paused) == every[-12:]  # the newest, in the request
 
     assert dispatch.reschedule(db, batch=7) == 18
-    assert _due_seqs(db, paused) == every
+    assert _pending(db, paused) == every
     assert dispatch.reschedule(db, batch=7) == 0  # the mark is cleared
+
+
+def _enabling_stopped(
+    tenant: HookTenant,
+    settings: Settings,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    at: int,
+) -> str:
+    """An endpoint of 30 unscheduled deliveries enabled again (its newest 5 due in the
+    request), whose rescheduling of the rest (10 a batch) stopped as its `at`-th
+    update began."""
+    paused = _paused(tenant, settings, db, 30)
+    monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 5)
+    _patch(tenant, paused, "enabled")
+    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", at), pytest.raises(Stopped):
+        dispatch.reschedule(db, batch=10)
+    return paused
 
 
 def test_an_enabling_stopped_between_batches_finishes_on_its_next_run(
     loopback_ok: HookTenant, settings: Settings, db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paused = _paused(loopback_ok, settings, db, 30)
-    monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 5)
-    _patch(loopback_ok, paused, "enabled")
-    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", 3), pytest.raises(Stopped):
-        dispatch.reschedule(db, batch=10)
+    paused = _enabling_stopped(loopback_ok, settings, db, monkeypatch, at=3)
     assert _scheduled(db, paused) == 5 + 20  # two batches went, the third did not
     assert dispatch.reschedule(db, batch=10) == 5
     assert _scheduled(db, paused) == 30
@@ -368,28 +383,13 @@ def test_an_enabling_stopped_between_batches_finishes_on_its_next_run(
 def test_an_endpoint_disabled_during_its_enabling_ends_out_of_the_schedule(
     loopback_ok: HookTenant, settings: Settings, db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paused = _paused(loopback_ok, settings, db, 30)
-    monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 5)
-    _patch(loopback_ok, paused, "enabled")
-    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", 2), pytest.raises(Stopped):
-        dispatch.reschedule(db, batch=10)
-    assert _scheduled(db, paused) == 15
+    paused = _enabling_stopped(loopback_ok, settings, db, monkeypatch, at=2)
+    assert _scheduled(db, paused) == 5 + 10
     _patch(loopback_ok, paused, "disabled")
     assert paused not in _leased(db, settings, loopback_ok.company_id)  # disabled
     assert dispatch.reschedule(db, batch=10) == 15
     assert _scheduled(db, paused) == 0
     assert dispatch.reschedule(db, batch=10) == 0
-
-
-def _unscheduled(db: Database, endpoint_id: str) -> int:
-    """The endpoint's pending deliveries without a due time."""
-    chosen = select(func.count()).where(
-        WebhookDelivery.endpoint_id == uuid.UUID(endpoint_id),
-        WebhookDelivery.status == "pending",
-        WebhookDelivery.next_attempt_at.is_(None),
-    )
-    with db.read_connection() as connection:
-        return int(connection.scalar(chosen) or 0)
 
 
 def test_the_worker_schedules_an_enabled_endpoints_older_deliveries(
@@ -400,21 +400,13 @@ def test_the_worker_schedules_an_enabled_endpoints_older_deliveries(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     paused = _paused(loopback_ok, settings, db, 25)
-    working = loopback_ok.using(
-        make_client(
-            worker_enabled=True,
-            file_workers=0,
-            worker_interval_seconds=0.2,
-            webhook_allow_http=True,
-            webhook_allow_private=True,
-        )
-    )
+    working = _working(make_client, loopback_ok)
     monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 5)
     _patch(working, paused, "enabled")
     deadline = time.monotonic() + 60
-    while _unscheduled(db, paused) and time.monotonic() < deadline:
+    while len(_pending(db, paused, scheduled=False)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _unscheduled(db, paused) == 0
+    assert len(_pending(db, paused, scheduled=False)) == 0
 
 
 def _at_once(settings: Settings, run: Any) -> list[int]:
