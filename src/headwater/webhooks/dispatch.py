@@ -523,20 +523,33 @@ def schedule(connection: Connection, endpoint_id: uuid.UUID, *, enabled: bool) -
             .limit(1)
         )
         rest = oldest is not None
-        chosen = [
-            WebhookDelivery.endpoint_id == endpoint_id,
-            WebhookDelivery.status == "pending",
-            WebhookDelivery.next_attempt_at.is_(None),
-        ]
-        if rest:
-            chosen.append(WebhookDelivery.event_seq > oldest)
-        connection.execute(
-            update(WebhookDelivery).where(*chosen).values(next_attempt_at=utcnow_ms())
-        )
-        wakeups.mark(connection, "events")  # the workers start them at once
+        its = WebhookDelivery.endpoint_id == endpoint_id
+        newest = its if oldest is None else and_(its, WebhookDelivery.event_seq > oldest)
+        _follow(connection, newest, enabled=True)
     connection.execute(
         update(WebhookEndpoint).where(WebhookEndpoint.id == endpoint_id).values(rescheduling=rest)
     )
+
+
+def _follow(connection: Connection, chosen: Any, *, enabled: bool) -> int:
+    """The pending deliveries among those `chosen` made to follow their endpoint's
+    status: enabled, those without a due time due now (and the workers told); disabled,
+    those with one out of the schedule. How many moved."""
+    due = WebhookDelivery.next_attempt_at
+    moved = int(
+        connection.execute(
+            update(WebhookDelivery)
+            .where(
+                chosen,
+                WebhookDelivery.status == "pending",
+                due.is_(None) if enabled else due.is_not(None),
+            )
+            .values(next_attempt_at=utcnow_ms() if enabled else None)
+        ).rowcount
+    )
+    if enabled and moved:
+        wakeups.mark(connection, "events")  # the workers start them at once
+    return moved
 
 
 # deliveries a transaction of `reschedule` looks at
@@ -563,8 +576,6 @@ def reschedule(db: Database, *, batch: int = RESCHEDULE_BATCH) -> int:
         ).all()
     moved = 0
     for endpoint_id, status in marked:
-        enabled = status == "enabled"
-        waiting = WebhookDelivery.next_attempt_at
         batches = in_batches(
             db,
             WebhookDelivery.endpoint_id,
@@ -577,18 +588,7 @@ def reschedule(db: Database, *, batch: int = RESCHEDULE_BATCH) -> int:
             for connection, step in batches:
                 if not _still(connection, endpoint_id, status):
                     break
-                count = connection.execute(
-                    update(WebhookDelivery)
-                    .where(
-                        step,
-                        WebhookDelivery.status == "pending",
-                        waiting.is_(None) if enabled else waiting.is_not(None),
-                    )
-                    .values(next_attempt_at=utcnow_ms() if enabled else None)
-                ).rowcount
-                if enabled and count:
-                    wakeups.mark(connection, "events")
-                moved += count
+                moved += _follow(connection, step, enabled=status == "enabled")
             else:
                 with db.begin() as connection:
                     if _still(connection, endpoint_id, status):

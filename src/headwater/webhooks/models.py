@@ -50,8 +50,9 @@ class WebhookEndpoint(Base):
     previous_secret: Mapped[str | None] = mapped_column(Text, default=None)
     previous_secret_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     failing_since: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
-    # disabled, and its pending deliveries not all taken out of the schedule yet: the
-    # worker does it a batch a transaction (`dispatch.unschedule_disabled`)
+    # its status changed, and its pending deliveries do not all follow it yet (out of
+    # the schedule if disabled, due if enabled): the worker moves them a batch a
+    # transaction (`dispatch.reschedule`)
     rescheduling: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     author_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
