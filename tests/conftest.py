@@ -22,6 +22,7 @@ from hypothesis import settings as hypothesis_settings
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
+from headwater.db import Database
 from headwater.identity import secrets as identity_secrets
 from headwater.kit import memory
 from headwater.main import create_app
@@ -182,6 +183,16 @@ def base_settings(database_url: str | None, data_root: Path, backend: str) -> di
 @pytest.fixture(scope="session")
 def settings(base_settings: dict[str, Any]) -> Settings:
     return Settings(**base_settings)
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Database]:
+    """The tests' database, through a pool of the test's own."""
+    database = Database(settings)
+    try:
+        yield database
+    finally:
+        database.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +14,9 @@ from sqlalchemy import Uuid, bindparam, select, text
 from headwater.activity import chain
 from headwater.activity import service as activity
 from headwater.activity.models import ActivityEntry
-from headwater.config import Settings
 from headwater.db import Database
 from tests.factories import run_cli
 from tests.tenants import Tenant
-
-
-@pytest.fixture
-def db(settings: Settings) -> Iterator[Database]:
-    database = Database(settings)
-    yield database
-    database.dispose()
 
 
 @pytest.fixture

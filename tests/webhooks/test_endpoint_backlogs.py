@@ -37,15 +37,6 @@ from tests.webhooks.conftest import HookTenant
 ENDPOINTS = "/platform/v1/webhook_endpoints"
 
 
-@pytest.fixture
-def db(settings: Settings) -> Iterator[Database]:
-    database = Database(settings)
-    try:
-        yield database
-    finally:
-        database.dispose()
-
-
 def _gone(tenant: HookTenant, db: Database) -> None:
     """The tenant's endpoints deleted and removed: their backlogs (due, to a closed port)
     would fill the slots of a worker that a later test on this database starts."""
