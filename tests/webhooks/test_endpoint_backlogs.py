@@ -260,6 +260,16 @@ def _patch(tenant: HookTenant, endpoint_id: str, status: str) -> None:
     assert response.json()["status"] == status
 
 
+def _changed_then_stopped(
+    tenant: HookTenant, endpoint_id: str, status: str, db: Database, *, at: int
+) -> None:
+    """The endpoint's status changed through the API, then the worker's rescheduling
+    (10 deliveries a batch) stopped as its `at`-th update began."""
+    _patch(tenant, endpoint_id, status)
+    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", at), pytest.raises(Stopped):
+        dispatch.reschedule(db, batch=10)
+
+
 def test_a_disabled_endpoints_backlog_leaves_the_schedule_after_the_answer(
     loopback_ok: HookTenant, settings: Settings, db: Database
 ) -> None:
@@ -287,9 +297,7 @@ def test_an_unscheduling_stopped_between_batches_finishes_on_its_next_run(
 ) -> None:
     paused, kept = _backlog(loopback_ok, settings, db, 30)
     dispatch.reschedule(db)  # what earlier tests on this database disabled
-    _patch(loopback_ok, paused, "disabled")
-    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", 3), pytest.raises(Stopped):
-        dispatch.reschedule(db, batch=10)
+    _changed_then_stopped(loopback_ok, paused, "disabled", db, at=3)
     assert _scheduled(db, paused) == 10  # two batches went, the third did not
     assert dispatch.reschedule(db, batch=10) == 10
     assert _scheduled(db, paused) == 0
@@ -301,9 +309,7 @@ def test_an_endpoint_enabled_during_its_unscheduling_keeps_every_delivery_due(
 ) -> None:
     paused, _ = _backlog(loopback_ok, settings, db, 30)
     dispatch.reschedule(db)  # what earlier tests on this database disabled
-    _patch(loopback_ok, paused, "disabled")
-    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", 2), pytest.raises(Stopped):
-        dispatch.reschedule(db, batch=10)
+    _changed_then_stopped(loopback_ok, paused, "disabled", db, at=2)
     assert _scheduled(db, paused) == 20
     _patch(loopback_ok, paused, "enabled")
     assert _scheduled(db, paused) == 30
@@ -355,9 +361,7 @@ def _enabling_stopped(
     update began."""
     paused = _paused(tenant, settings, db, 30)
     monkeypatch.setattr(dispatch, "ENABLED_AT_ONCE", 5)
-    _patch(tenant, paused, "enabled")
-    with _stopped_at(db, "UPDATE WEBHOOK_DELIVERIES", at), pytest.raises(Stopped):
-        dispatch.reschedule(db, batch=10)
+    _changed_then_stopped(tenant, paused, "enabled", db, at=at)
     return paused
 
 
