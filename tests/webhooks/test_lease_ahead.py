@@ -4,6 +4,7 @@ a time, and hands the queued ones back when it stops (webhooks/sender.py)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import time
@@ -236,3 +237,25 @@ def test_a_due_delivery_of_an_endpoint_not_enabled_is_never_leased(
         assert leased_now() == []
         hooks.client.patch(path, json={"status": "enabled"}, headers=hooks.headers)
         assert leased_now() == [mine]
+
+
+def test_a_lease_fills_its_limit_from_events_fanned_out_together(
+    hooks: HookTenant,
+    make_client: Callable[..., TestClient],
+    receiver: Receiver,
+    settings: Settings,
+) -> None:
+    """Deliveries made by one sequencing are in event order, each event's to every
+    endpoint, so that a lease's candidates (the oldest due, four times its limit) span
+    every endpoint: made endpoint by endpoint, they were the first few endpoints' alone,
+    and the slots (two an endpoint here) left a lease at a fraction of its limit."""
+    allowing = hooks.using(make_client(webhook_allow_http=True, webhook_allow_private=True))
+    endpoints = [allowing.endpoint(receiver.at(f"/many/{n}"))["id"] for n in range(20)]
+    hooks.write_events(settings, 10)  # committed together: one sequencing fans them out
+    with database(settings) as db:
+        dispatch.sequence_all(db, uuid.UUID(hooks.company_id))
+        taken = dispatch.claim(
+            db, secret_box(settings), limit=40, per_endpoint=2, lease=timedelta(seconds=30)
+        )
+    by_endpoint = collections.Counter(str(claimed.endpoint_id) for claimed in taken)
+    assert by_endpoint == dict.fromkeys(endpoints, 2)

@@ -64,7 +64,15 @@ def deliveries_of(
 ) -> Insert:
     """`INSERT ... SELECT`: a pending delivery, due at `due` (None: not scheduled), for
     each row `events` selects (its columns: `endpoint_id`, and the event's `seq`,
-    `company_id`, `id`, `type`, `created_at`)."""
+    `company_id`, `id`, `type`, `created_at`).
+
+    Made in event order, each event's to every endpoint: deliveries due at one time are
+    leased in the order they were made (the due-time index keeps equal times in the
+    order of their rows), so a lease's candidates span every endpoint. Made endpoint by
+    endpoint, they were the first few endpoints' alone, and those endpoints' slots left
+    a lease at a fraction of its limit: a drain of 100 events to 100 endpoints (one
+    sequencing) took 2.5 times the leases, 760-800 us of a lease's time a delivery
+    against 300-320."""
     chosen = events.subquery()
     return insert(WebhookDelivery).from_select(
         [
@@ -90,7 +98,7 @@ def deliveries_of(
             literal(0),
             literal(due, WebhookDelivery.next_attempt_at.type),
             literal(now, WebhookDelivery.created_at.type),
-        ),
+        ).order_by(chosen.c.seq, chosen.c.endpoint_id),
     )
 
 
