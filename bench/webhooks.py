@@ -5,11 +5,14 @@ endpoints on a receiver on loopback (an asyncio HTTP server in a process of its 
 SLOW of them answer after 2 s, FAILING of them answer 500 half the time, the rest at
 once. Pushes of one record each from THREADS threads.
 
-  (0) delivery throughput against its anchor, A B A B: A a bare aiohttp client posting
+  (0) delivery throughput against its anchors, in turns: A a bare aiohttp client posting
       DRAIN_EVENTS bodies of an event's size, signed, to each of ENDPOINTS healthy
-      endpoints with the service's limits (64 in flight, 4 per endpoint); B the service
-      delivering DRAIN_EVENTS events pushed at once to the same number of endpoints
-      (from the first push to the last arrival) -> deliveries/s of each, and the ratio
+      endpoints with the service's limits (64 in flight, 4 per endpoint); D the same
+      POSTs through the simplest durable queue (`durable_client`: a row a delivery in
+      PostgreSQL, leased before its POST, deleted with an attempt's row written after
+      it), what keeping each delivery costs at least; B the service delivering
+      DRAIN_EVENTS events pushed at once to the same number of endpoints (from the first
+      push to the last arrival) -> deliveries/s of each, and the ratios
   (1r) the cost of delivering at a rate the deliveries keep up with, on the same
       endpoints: KEEP_RATE pushes/s for SECONDS, A B A B, A every endpoint disabled and
       B every endpoint enabled -> pushes/s reached and push latency p50/p99 in each, B/A,
@@ -42,14 +45,18 @@ import random
 import statistics
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 import httpx
+import psycopg
 
 from bench.common import (
     OPERATOR,
+    PG_ADMIN_URL,
     SECRET,
     bench_database,
     production_server,
@@ -104,6 +111,149 @@ def bare_client(port: int, paths: list[str], bodies: list[bytes], *, limit: int,
 
 
 BARE_SECRET = "whsec_" + "QmVuY2htYXJrIHNlY3JldCBvZiAzMiBieXRlcyEhISE="
+
+# The durable anchor's tables: the simplest queue that loses nothing. A row a delivery,
+# leased (`leased_until`, in no index: the update stays HOT) before its POST, deleted
+# with its attempt's row written after it.
+_DURABLE_TABLES = """
+CREATE TABLE bare_queue (
+    id bigserial PRIMARY KEY, path text NOT NULL, n int NOT NULL, body bytea NOT NULL,
+    due timestamptz NOT NULL, leased_until timestamptz
+);
+CREATE INDEX ON bare_queue (due);
+CREATE TABLE bare_attempts (
+    id bigserial PRIMARY KEY, queue_id bigint NOT NULL, path text NOT NULL,
+    at timestamptz NOT NULL, status int NOT NULL
+)
+"""
+_DURABLE_LEASE = """
+UPDATE bare_queue SET leased_until = now() + interval '30 seconds'
+WHERE id IN (
+    SELECT id FROM bare_queue
+    WHERE due <= now() AND (leased_until IS NULL OR leased_until < now())
+      AND NOT (path = ANY(%(full)s))
+    ORDER BY due LIMIT %(free)s FOR UPDATE SKIP LOCKED
+)
+RETURNING id, path, n, body
+"""
+
+
+@contextmanager
+def durable_database() -> Iterator[str]:
+    """A fresh database of its own for the durable anchor (not the service's: its
+    connections stay out of the service's count), with its tables."""
+    name = "hw_bench_webhooks_durable"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    try:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(_DURABLE_TABLES)
+        yield url
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def durable_client(
+    database_url: str, port: int, paths: list[str], bodies: list[bytes], *, limit: int, per: int
+) -> None:
+    """The durable anchor: the bare client's POSTs (same limits, same signatures) through
+    the simplest queue in PostgreSQL that loses nothing, in one process: every delivery
+    a row, inserted together (the fan-out); leased in batches (`FOR UPDATE SKIP LOCKED`,
+    at most `per` a path in flight) and committed before its POST; its row deleted and its
+    attempt's row inserted, committed in batches, after it."""
+
+    async def run() -> None:
+        lease = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+        recorder = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+        await lease.execute(
+            "INSERT INTO bare_queue (path, n, body, due)"
+            " SELECT path, n, body, now() FROM unnest(%s::text[], %s::int[], %s::bytea[])"
+            " AS d(path, n, body)",
+            (
+                [path for _ in bodies for path in paths],
+                [n for n in range(len(bodies)) for _ in paths],
+                [body for body in bodies for _ in paths],
+            ),
+        )
+        total = len(bodies) * len(paths)
+        flying: dict[str, int] = dict.fromkeys(paths, 0)
+        done: list[tuple[int, str, int]] = []
+        finished, freed = asyncio.Event(), asyncio.Event()
+        recorded = 0
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def post(row: tuple[int, str, int, bytes]) -> None:
+                queue_id, path, n, body = row
+                stamp = int(time.time())
+                headers = {
+                    "content-type": "application/json",
+                    "webhook-id": f"evt_{n}",
+                    "webhook-timestamp": str(stamp),
+                    "webhook-signature": signature(BARE_SECRET, f"evt_{n}", stamp, body),
+                }
+                url = f"http://127.0.0.1:{port}{path}"
+                async with session.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                flying[path] -= 1
+                freed.set()
+                done.append((queue_id, path, response.status))
+                finished.set()
+
+            async def record() -> None:
+                nonlocal recorded
+                while recorded < total:
+                    await finished.wait()
+                    finished.clear()
+                    batch = done[:]
+                    del done[: len(batch)]
+                    if not batch:
+                        continue
+                    async with recorder.transaction():
+                        await recorder.execute(
+                            "DELETE FROM bare_queue WHERE id = ANY(%s)", ([b[0] for b in batch],)
+                        )
+                        await recorder.execute(
+                            "INSERT INTO bare_attempts (queue_id, path, at, status)"
+                            " SELECT q, p, now(), s FROM unnest(%s::bigint[], %s::text[],"
+                            " %s::int[]) AS a(q, p, s)",
+                            ([b[0] for b in batch], [b[1] for b in batch], [b[2] for b in batch]),
+                        )
+                    recorded += len(batch)
+
+            recording = asyncio.create_task(record())
+            tasks: set[asyncio.Task[None]] = set()
+            leased = 0
+            while leased < total:
+                freed.clear()  # before counting: a POST ending after it wakes the wait
+                free = limit - sum(flying.values())
+                full = [path for path, count in flying.items() if count >= per]
+                rows = []
+                if free > 0:
+                    cursor = await lease.execute(_DURABLE_LEASE, {"full": full, "free": free})
+                    rows = await cursor.fetchall()
+                for row in rows:
+                    if flying[row[1]] >= per:  # two of a path in one lease: the rest later
+                        await lease.execute(
+                            "UPDATE bare_queue SET leased_until = NULL WHERE id = %s", (row[0],)
+                        )
+                        continue
+                    flying[row[1]] += 1
+                    leased += 1
+                    task = asyncio.create_task(post(row))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if not rows or free <= 0:
+                    await freed.wait()
+            await recording
+        await lease.close()
+        await recorder.close()
+
+    asyncio.run(run())
+
 
 SCHEMA = {
     "type": "object",
@@ -281,7 +431,7 @@ def throughput(url: str, admin: dict[str, str], port: int, args: Any) -> dict[st
     last arrival)."""
     healthy = argparse.Namespace(**{**vars(args), "slow": 0, "failing": 0})
     hooked = Hooked(url, admin, "bench-t", port, healthy)
-    rates: dict[str, list[float]] = {"bare": [], "service": []}
+    rates: dict[str, list[float]] = {"bare": [], "durable": [], "service": []}
     total = args.drain_events * args.endpoints
     # one event's body, to give the anchor bodies of the same size
     push_for(url, hooked.headers, "bench-t", 0.5, 1)
@@ -302,12 +452,17 @@ def throughput(url: str, admin: dict[str, str], port: int, args: Any) -> dict[st
         bare_client(port, paths, bodies, limit=64, per=4)
         rates["bare"].append(total / (wait_arrived(port, base + total) - began))
         base = arrived(port)
+        with durable_database() as database:
+            began = time.time()
+            durable_client(database, port, paths, bodies, limit=64, per=4)
+            rates["durable"].append(total / (wait_arrived(port, base + total) - began))
+        base = arrived(port)
         began = time.time()
         push_for(url, hooked.headers, "bench-t", 60, args.threads, limit=args.drain_events)
         rates["service"].append(total / (wait_arrived(port, base + total) - began))
         print(
             f"(0) {total:,} deliveries: bare {rates['bare'][-1]:,.0f}/s, "
-            f"service {rates['service'][-1]:,.0f}/s",
+            f"durable {rates['durable'][-1]:,.0f}/s, service {rates['service'][-1]:,.0f}/s",
             flush=True,
         )
     keeping(url, hooked, port, args)
@@ -438,9 +593,12 @@ def main() -> None:
     print(f"the receiver saw {len(seen):,} requests")
 
     bare, ours = statistics.median(drain["bare"]), statistics.median(drain["service"])
+    durable = statistics.median(drain["durable"])
     print(
         f"\n(0) deliveries/s to {args.endpoints} healthy endpoints: bare aiohttp {bare:,.0f}, "
-        f"the service {ours:,.0f}: ratio {ours / bare:.3f} (target >= 0.5)"
+        f"the service {ours:,.0f}: ratio {ours / bare:.3f} (target >= 0.5)\n"
+        f"    the durable anchor {durable:,.0f}: {durable / bare:.3f} of the bare client; "
+        f"the service {ours / durable:.3f} of it"
     )
     a, b = statistics.median(rates["A"]), statistics.median(rates["B"])
     print(
