@@ -9,17 +9,22 @@ from collections.abc import Callable
 
 from starlette.testclient import TestClient
 
+from headwater.config import Settings
 from tests.console.conftest import Browser
 from tests.factories import create_credential
-from tests.webhooks.conftest import DELIVERING, HookTenant
+from tests.webhooks.conftest import DELIVERING, HookTenant, unschedule_earlier_backlogs
 from tests.webhooks.receiver import Receiver, running_receiver
 
 SCOPES = ["data:read", "webhooks:manage"]
 
 
 def test_an_endpoint_added_shows_its_secret_once_and_a_test_event_is_delivered(
-    make_client: Callable[..., TestClient], admin: dict[str, str], hooks: HookTenant
+    make_client: Callable[..., TestClient],
+    admin: dict[str, str],
+    hooks: HookTenant,
+    settings: Settings,
 ) -> None:
+    unschedule_earlier_backlogs(settings)  # its worker delivers this test's alone
     app = make_client(**DELIVERING)
     credential = create_credential(app, admin, hooks.company_id, scopes=SCOPES)
     browser = Browser(app).signed_in(credential)

@@ -8,11 +8,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
 from headwater.db import Database
 from headwater.events import outbox
+from headwater.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tests.factories import (
     auth,
     create_company,
@@ -208,6 +210,36 @@ def worker_env(settings: Settings) -> dict[str, str]:
     if settings.database_url:
         env["HEADWATER_DATABASE_URL"] = settings.database_url
     return env
+
+
+def unschedule_earlier_backlogs(settings: Settings) -> None:
+    """Earlier tests' pending deliveries (this database is their share of the pytest
+    process's) out of the schedule, and none of their endpoints marked for the worker to
+    bring them back: a delivering worker this test starts would lease theirs before its
+    own, oldest due first, and an endpoint of theirs on a closed port fails each attempt
+    at once and is due again a few seconds later (once, a worker with one slot leased
+    nothing of its test's own for 10 s)."""
+    db = Database(settings)
+    try:
+        with db.begin() as connection:
+            connection.execute(
+                update(WebhookDelivery)
+                .where(WebhookDelivery.status == "pending")
+                .values(next_attempt_at=None, leased_until=None)
+            )
+            connection.execute(
+                update(WebhookEndpoint)
+                .where(WebhookEndpoint.rescheduling.is_(True))
+                .values(rescheduling=False)
+            )
+    finally:
+        db.dispose()
+
+
+@pytest.fixture(autouse=True)
+def no_earlier_backlog(settings: Settings) -> None:
+    """Every webhook test starts with no earlier test's delivery in the schedule."""
+    unschedule_earlier_backlogs(settings)
 
 
 @pytest.fixture

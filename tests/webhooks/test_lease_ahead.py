@@ -39,21 +39,6 @@ def database(settings: Settings) -> Iterator[Database]:
         db.dispose()
 
 
-@pytest.fixture(autouse=True)
-def _no_earlier_backlog(settings: Settings) -> None:
-    """Earlier tests' pending deliveries (this database is their share of the pytest
-    process's) out of the schedule: a worker with one slot would lease them before this
-    test's, oldest due first, and an endpoint of theirs on a closed port fails each
-    attempt at once and is due again 5 s later (once, the first test leased nothing of
-    its own for 10 s)."""
-    with database(settings) as db, db.begin() as connection:
-        connection.execute(
-            update(WebhookDelivery)
-            .where(WebhookDelivery.status == "pending")
-            .values(next_attempt_at=None, leased_until=None)
-        )
-
-
 def leased(settings: Settings, endpoint_id: str) -> int:
     """The endpoint's deliveries under a lease (other tests' share the database)."""
     with database(settings) as db, db.read_connection() as connection:
