@@ -235,7 +235,12 @@ class EndpointUpdate(Input):
     event_types: list[Subscription] | None = Field(None, min_length=1, max_length=len(TYPES) + 1)
     description: Description | None = None
     status: EndpointStatus | None = Field(
-        None, description="`disabled`: nothing is delivered until it is `enabled` again."
+        None,
+        description=(
+            "`disabled`: nothing is delivered until it is `enabled` again; its pending"
+            " deliveries wait. `enabled` again: those among its newest 5,000 are due at"
+            " once, older ones within seconds after the answer."
+        ),
     )
 
     @field_validator("event_types")
