@@ -80,6 +80,24 @@ def wait_arrived(port: int, count: int, timeout: float = 600) -> float:
     return time.time()
 
 
+async def signed_post(
+    session: aiohttp.ClientSession, port: int, path: str, n: int, body: bytes
+) -> int:
+    """One POST of `body` (event `n`) to `path` on the receiver, signed as the service
+    signs; the answer's status."""
+    stamp = int(time.time())
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": f"evt_{n}",
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": signature(BARE_SECRET, f"evt_{n}", stamp, body),
+    }
+    url = f"http://127.0.0.1:{port}{path}"
+    async with session.post(url, data=body, headers=headers) as response:
+        await response.read()
+        return response.status
+
+
 def bare_client(port: int, paths: list[str], bodies: list[bytes], *, limit: int, per: int) -> None:
     """The anchor: aiohttp posting every body to every path, signed as the service signs,
     at most `limit` in flight and `per` per path (the service's limits)."""
@@ -91,17 +109,8 @@ def bare_client(port: int, paths: list[str], bodies: list[bytes], *, limit: int,
 
             async def post(path: str, body: bytes, n: int) -> None:
                 async with slots[path]:
-                    stamp = int(time.time())
-                    headers = {
-                        "content-type": "application/json",
-                        "webhook-id": f"evt_{n}",
-                        "webhook-timestamp": str(stamp),
-                        "webhook-signature": signature(BARE_SECRET, f"evt_{n}", stamp, body),
-                    }
-                    url = f"http://127.0.0.1:{port}{path}"
-                    async with session.post(url, data=body, headers=headers) as response:
-                        await response.read()
-                        assert response.status == 200, response.status
+                    status = await signed_post(session, port, path, n, body)
+                    assert status == 200, status
 
             await asyncio.gather(
                 *(post(path, body, n) for n, body in enumerate(bodies) for path in paths)
@@ -188,19 +197,10 @@ def durable_client(
 
             async def post(row: tuple[int, str, int, bytes]) -> None:
                 queue_id, path, n, body = row
-                stamp = int(time.time())
-                headers = {
-                    "content-type": "application/json",
-                    "webhook-id": f"evt_{n}",
-                    "webhook-timestamp": str(stamp),
-                    "webhook-signature": signature(BARE_SECRET, f"evt_{n}", stamp, body),
-                }
-                url = f"http://127.0.0.1:{port}{path}"
-                async with session.post(url, data=body, headers=headers) as response:
-                    await response.read()
+                status = await signed_post(session, port, path, n, body)
                 flying[path] -= 1
                 freed.set()
-                done.append((queue_id, path, response.status))
+                done.append((queue_id, path, status))
                 finished.set()
 
             async def record() -> None:
