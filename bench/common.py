@@ -147,18 +147,24 @@ class ConnectionPeak(Sampling):
 
 
 @contextmanager
-def bench_database(name: str) -> Iterator[str]:
-    """A fresh database `name`; at the end, the service's peak connections to it."""
+def fresh_database(name: str) -> Iterator[str]:
+    """A fresh database `name` (its URL), dropped at the end."""
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        with ConnectionPeak(name) as peak:
-            yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-        print(peak.report())
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def bench_database(name: str) -> Iterator[str]:
+    """A fresh database `name`; at the end, the service's peak connections to it."""
+    with fresh_database(name) as url, ConnectionPeak(name) as peak:
+        yield url
+    print(peak.report())
 
 
 @contextmanager

@@ -56,9 +56,9 @@ import psycopg
 
 from bench.common import (
     OPERATOR,
-    PG_ADMIN_URL,
     SECRET,
     bench_database,
+    fresh_database,
     production_server,
     server_env,
     token,
@@ -151,18 +151,10 @@ RETURNING id, path, n, body
 def durable_database() -> Iterator[str]:
     """A fresh database of its own for the durable anchor (not the service's: its
     connections stay out of the service's count), with its tables."""
-    name = "hw_bench_webhooks_durable"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    try:
+    with fresh_database("hw_bench_webhooks_durable") as url:
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute(_DURABLE_TABLES)
         yield url
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def durable_client(
