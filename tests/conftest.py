@@ -35,6 +35,7 @@ from tests.factories import (
     auth,
     create_company,
     create_credential,
+    database,
     get_token,
 )
 from tests.tenants import Tenant
@@ -188,11 +189,8 @@ def settings(base_settings: dict[str, Any]) -> Settings:
 @pytest.fixture
 def db(settings: Settings) -> Iterator[Database]:
     """The tests' database, through a pool of the test's own."""
-    database = Database(settings)
-    try:
-        yield database
-    finally:
-        database.dispose()
+    with database(settings) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,8 @@ import httpx
 import psycopg
 from starlette.testclient import TestClient
 
+from headwater.config import Settings
+from headwater.db import Database
 from tests import preloaded
 
 PG_ADMIN_URL = os.environ.get("HEADWATER_TEST_PG", "postgresql://127.0.0.1:5432/test")
@@ -125,3 +127,13 @@ def run_cli(
     if database_url:
         env["HEADWATER_DATABASE_URL"] = database_url
     return preloaded.run_command(*args, env=env)
+
+
+@contextmanager
+def database(settings: Settings) -> Iterator[Database]:
+    """The tests' database through a pool of its own, disposed of at the end."""
+    db = Database(settings)
+    try:
+        yield db
+    finally:
+        db.dispose()

@@ -12,7 +12,6 @@ from sqlalchemy import update
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
-from headwater.db import Database
 from headwater.events import outbox
 from headwater.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tests.factories import (
@@ -20,6 +19,7 @@ from tests.factories import (
     create_company,
     create_credential,
     create_ingestion_client,
+    database,
     get_token,
 )
 from tests.ingestion.conftest import register_dataset
@@ -69,26 +69,22 @@ class HookTenant:
 
     def write_events(self, settings: Settings, count: int) -> None:
         """`count` schema-version events of this company, committed together."""
-        db = Database(settings)
-        try:
-            with db.begin() as connection:
-                outbox.write(
-                    connection,
-                    [
-                        outbox.event(
-                            "dataset.schema_version_added",
-                            company_id=uuid.UUID(self.company_id),
-                            data={
-                                "client_id": self.client_id,
-                                "dataset_id": "orders",
-                                "schema_version": n,
-                            },
-                        )
-                        for n in range(count)
-                    ],
-                )
-        finally:
-            db.dispose()
+        with database(settings) as db, db.begin() as connection:
+            outbox.write(
+                connection,
+                [
+                    outbox.event(
+                        "dataset.schema_version_added",
+                        company_id=uuid.UUID(self.company_id),
+                        data={
+                            "client_id": self.client_id,
+                            "dataset_id": "orders",
+                            "schema_version": n,
+                        },
+                    )
+                    for n in range(count)
+                ],
+            )
 
     def workflow(self) -> dict[str, Any]:
         """A draft workflow, made from a new category and a one-step template."""
@@ -219,21 +215,17 @@ def unschedule_earlier_backlogs(settings: Settings) -> None:
     own, oldest due first, and an endpoint of theirs on a closed port fails each attempt
     at once and is due again a few seconds later (once, a worker with one slot leased
     nothing of its test's own for 10 s)."""
-    db = Database(settings)
-    try:
-        with db.begin() as connection:
-            connection.execute(
-                update(WebhookDelivery)
-                .where(WebhookDelivery.status == "pending")
-                .values(next_attempt_at=None, leased_until=None)
-            )
-            connection.execute(
-                update(WebhookEndpoint)
-                .where(WebhookEndpoint.rescheduling.is_(True))
-                .values(rescheduling=False)
-            )
-    finally:
-        db.dispose()
+    with database(settings) as db, db.begin() as connection:
+        connection.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.status == "pending")
+            .values(next_attempt_at=None, leased_until=None)
+        )
+        connection.execute(
+            update(WebhookEndpoint)
+            .where(WebhookEndpoint.rescheduling.is_(True))
+            .values(rescheduling=False)
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,7 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -18,25 +17,16 @@ from sqlalchemy import func, select, update
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
-from headwater.db import Database
 from headwater.kit.clock import utcnow
 from headwater.runtime import secret_box
 from headwater.webhooks import dispatch
 from headwater.webhooks.dispatch import Claimed
 from headwater.webhooks.models import WebhookDelivery
 from headwater.webhooks.sender import LEASE_MARGIN, Deliverer
+from tests.factories import database
 from tests.http_server import ServerProcess
 from tests.webhooks.conftest import DELIVERING, HookTenant, worker_env
 from tests.webhooks.receiver import Receiver
-
-
-@contextmanager
-def database(settings: Settings) -> Iterator[Database]:
-    db = Database(settings)
-    try:
-        yield db
-    finally:
-        db.dispose()
 
 
 def leased(settings: Settings, endpoint_id: str) -> int:
