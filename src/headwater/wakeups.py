@@ -32,14 +32,21 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
 from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import SQLAlchemyError
 
 if TYPE_CHECKING:
     import psycopg
 
-log = structlog.get_logger("headwater.wakeups")
+
+def _warn(message: str, exc: Exception) -> None:
+    """Log a warning with the error's first line. structlog is imported here, when one
+    is logged: every process that opens the database imports this module, and an
+    operator command would spend 40 ms of its start importing structlog."""
+    import structlog
+
+    structlog.get_logger("headwater.wakeups").warning(message, error=str(exc).splitlines()[0])
+
 
 CHANNEL = "headwater_wakeups"
 Topic = Literal["files", "exports", "erasures", "events", "feed"]
@@ -149,7 +156,7 @@ class Announcer:
                 )
                 connection.commit()
         except Exception as exc:  # lost: the listeners find the work at their next look
-            log.warning("wake-ups not sent", error=str(exc).splitlines()[0])
+            _warn("wake-ups not sent", exc)
 
     def close(self) -> None:
         """Stop sending (the sender's statement in flight done), then send what waits."""
@@ -203,7 +210,7 @@ class Listener:
             try:
                 await self._listen(stop)
             except Exception as exc:
-                log.warning("not listening for wake-ups", error=str(exc).splitlines()[0])
+                _warn("not listening for wake-ups", exc)
             finally:
                 self.listening = False
             try:
