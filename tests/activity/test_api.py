@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.factories import assert_problem
+from tests.factories import assert_problem, database
 from tests.tenants import Tenant, record_entry
 
 ISO_MS_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -104,16 +104,11 @@ def test_failed_writes_leave_no_entry(tenant: Tenant) -> None:
 
 
 def test_rolled_back_transaction_leaves_no_entry(tenant: Tenant, settings: Any) -> None:
-    from headwater.db import Database
 
     before = len(_all(tenant))
-    db = Database(settings)
-    try:
-        with db.unit_of_work() as session:
-            record_entry(session, tenant)
-            session.rollback()
-    finally:
-        db.dispose()
+    with database(settings) as db, db.unit_of_work() as session:
+        record_entry(session, tenant)
+        session.rollback()
     assert len(_all(tenant)) == before
 
 

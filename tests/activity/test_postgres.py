@@ -25,7 +25,7 @@ from headwater.config import Settings
 from headwater.db import Database
 from headwater.identity.models import Company
 from headwater.kit.clock import utcnow_ms
-from tests.factories import fresh_pg_database
+from tests.factories import database, fresh_pg_database
 from tests.tenants import Tenant, record_entry
 
 
@@ -76,12 +76,8 @@ def test_concurrent_writes_to_one_company_keep_one_chain(
     for thread in threads:
         thread.join()
     assert errors == []
-    db = Database(settings)
-    try:
-        with db.unit_of_work() as session:
-            result = activity.verify(session, company_id=uuid.UUID(tenant.company_id))
-    finally:
-        db.dispose()
+    with database(settings) as db, db.unit_of_work() as session:
+        result = activity.verify(session, company_id=uuid.UUID(tenant.company_id))
     assert result.finding is None and result.head.count == 16
 
 

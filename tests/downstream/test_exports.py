@@ -23,14 +23,13 @@ from starlette.testclient import TestClient
 
 from headwater import worker
 from headwater.config import Settings
-from headwater.db import Database
 from headwater.exports import service as exports
 from headwater.exports import writing
 from headwater.exports.models import Export
 from headwater.kit.clock import utcnow
 from headwater.runtime import Runtime
 from tests.downstream.conftest import FeedTenant
-from tests.factories import assert_problem, auth, create_credential, get_token
+from tests.factories import assert_problem, auth, create_credential, database, get_token
 
 
 def run_exports(client: TestClient) -> int:
@@ -269,16 +268,10 @@ def test_completed_and_failed_exports_write_their_events(
     feed_tenant.push_orders(1)
     done, _ = export(feed_tenant, format="csv")
     failing = ask(feed_tenant)
-    db = Database(settings)
-    try:
-        with db.begin() as connection:  # as if three attempts had died
-            connection.execute(
-                update(Export)
-                .where(Export.id == uuid.UUID(failing["export_id"]))
-                .values(attempts=3)
-            )
-    finally:
-        db.dispose()
+    with database(settings) as db, db.begin() as connection:  # as if three attempts had died
+        connection.execute(
+            update(Export).where(Export.id == uuid.UUID(failing["export_id"])).values(attempts=3)
+        )
     run_exports(feed_tenant.client)
     failed = read(feed_tenant, failing["export_id"])
     assert failed["status"] == "failed" and "3 times" in failed["error"]

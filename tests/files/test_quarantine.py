@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from headwater.files import service
+from tests.factories import database
 from tests.files.conftest import FileTenant, run_worker
 from tests.ingestion.conftest import SCHEMA
 
@@ -156,8 +157,6 @@ def test_record_totals_follow_every_way_records_are_stored(
 
     from sqlalchemy import text
 
-    from headwater.db import Database
-
     tenant = quarantine_tenant
 
     def total() -> int:
@@ -191,18 +190,14 @@ def test_record_totals_follow_every_way_records_are_stored(
     resubmit(tenant, uploaded, status=201)  # the rows still fail: nothing more stored
     assert total() == 33 + 140
 
-    db = Database(settings)
-    try:
-        with db.unit_of_work() as session:
-            counted = session.execute(
-                text(
-                    "SELECT count(*) FROM records r JOIN datasets d ON d.id = r.dataset_pk "
-                    "WHERE d.client_id = :c"
-                ),
-                {"c": tenant.client_id},
-            ).scalar()
-    finally:
-        db.dispose()
+    with database(settings) as db, db.unit_of_work() as session:
+        counted = session.execute(
+            text(
+                "SELECT count(*) FROM records r JOIN datasets d ON d.id = r.dataset_pk "
+                "WHERE d.client_id = :c"
+            ),
+            {"c": tenant.client_id},
+        ).scalar()
     assert counted == total()
 
 

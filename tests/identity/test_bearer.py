@@ -15,10 +15,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import event
 from starlette.testclient import TestClient
 
-from headwater.db import Database
 from headwater.identity import keys as keyring
 from headwater.identity import service as identity
-from tests.factories import AUDIENCE, assert_problem, auth
+from tests.factories import AUDIENCE, assert_problem, auth, database
 
 WHOAMI = "/platform/v1/whoami"
 
@@ -26,10 +25,8 @@ WHOAMI = "/platform/v1/whoami"
 @pytest.fixture
 def signing(settings: Any) -> Iterator[tuple[str, Any, str]]:
     """The service's current signing key: (kid, private key, public PEM)."""
-    db = Database(settings)
-    with db.unit_of_work() as session:
+    with database(settings) as db, db.unit_of_work() as session:
         key = identity.current_signing_key(session, passphrase=None)
-    db.dispose()
     private = keyring.load_private_key(key.private_key_pem, None)
     public_pem = (
         private.public_key()

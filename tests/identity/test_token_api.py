@@ -10,7 +10,6 @@ import jwt
 import pytest
 from starlette.testclient import TestClient
 
-from headwater.db import Database
 from headwater.identity import service as identity
 from tests.factories import (
     AUDIENCE,
@@ -18,6 +17,7 @@ from tests.factories import (
     OPERATOR_SECRET,
     auth,
     create_credential,
+    database,
     get_token,
     request_token,
 )
@@ -227,8 +227,7 @@ def test_key_rotation_keeps_old_tokens_until_the_key_is_removed(
     cred = create_credential(client, admin, company, scopes=["data:read"])
     old_token = get_token(client, cred["client_id"], cred["client_secret"])
     old_kid = jwt.get_unverified_header(old_token)["kid"]
-    db = Database(settings)
-    try:
+    with database(settings) as db:
         with db.unit_of_work() as session:
             new_kid = identity.rotate_signing_key(session, passphrase=None).kid
         new_token = get_token(client, cred["client_id"], cred["client_secret"])
@@ -239,8 +238,6 @@ def test_key_rotation_keeps_old_tokens_until_the_key_is_removed(
             assert client.get("/platform/v1/whoami", headers=auth(token)).status_code == 200
         with db.unit_of_work() as session:
             identity.remove_signing_key(session, old_kid)
-    finally:
-        db.dispose()
     client.portal.call(client.app.state.runtime.verifier.keys.refresh)  # type: ignore[attr-defined, union-attr]
     response = client.get("/platform/v1/whoami", headers=auth(old_token))
     assert response.status_code == 401
@@ -248,14 +245,10 @@ def test_key_rotation_keeps_old_tokens_until_the_key_is_removed(
 
 
 def test_current_signing_key_cannot_be_removed(settings: Any) -> None:
-    db = Database(settings)
-    try:
-        with db.unit_of_work() as session:
-            current = identity.current_signing_key(session, passphrase=None)
-            with pytest.raises(identity.InvalidCredentialRequest):
-                identity.remove_signing_key(session, current.kid)
-    finally:
-        db.dispose()
+    with database(settings) as db, db.unit_of_work() as session:
+        current = identity.current_signing_key(session, passphrase=None)
+        with pytest.raises(identity.InvalidCredentialRequest):
+            identity.remove_signing_key(session, current.kid)
 
 
 def test_the_documented_token_url_names_the_audience_for_clients_that_send_none(

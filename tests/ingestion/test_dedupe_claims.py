@@ -18,6 +18,7 @@ from headwater.db import Database
 from headwater.ingestion import dedupe
 from headwater.ingestion.sinks import RecordBatch
 from headwater.kit.clock import utcnow_ms
+from tests.factories import database
 
 
 @pytest.fixture
@@ -25,9 +26,8 @@ def db(settings: Settings, backend: str, client: TestClient) -> Iterator[Databas
     """The tests' database (`client` migrated it), on PostgreSQL."""
     if backend != "postgresql":
         pytest.skip("two writers at once: PostgreSQL only")
-    database = Database(settings)
-    yield database
-    database.dispose()
+    with database(settings) as own:
+        yield own
 
 
 def batch(company: uuid.UUID, dataset: uuid.UUID, digests: list[bytes]) -> RecordBatch:
@@ -74,21 +74,18 @@ def test_a_second_claim_waits_for_the_first(db: Database, first_commits: bool) -
 def test_claims_past_the_longest_window_are_purged_in_batches(
     settings: Settings, client: TestClient
 ) -> None:
-    database = Database(settings)
-    try:
+    with database(settings) as db:
         company, dataset = uuid.uuid4(), uuid.uuid4()
         now = utcnow_ms()
         old = [bytes([n]) * 32 for n in range(5)]
         fresh = [b"f" * 32]
-        with database.begin() as connection:
+        with db.begin() as connection:
             stale = batch(company, dataset, old)
             stale = dataclasses.replace(stale, ingested_at=now - timedelta(hours=721))
             dedupe.claim(connection, [stale])
             dedupe.claim(connection, [batch(company, dataset, fresh)])
-        assert dedupe.purge(database, now=now, batch=2) >= 5
-        with database.begin() as connection:
+        assert dedupe.purge(db, now=now, batch=2) >= 5
+        with db.begin() as connection:
             kept, _ = dedupe.claim(connection, [batch(company, dataset, old + fresh)])
         # the purged digests are new again; the fresh one is still claimed
         assert len(kept[0].records) == 5
-    finally:
-        database.dispose()

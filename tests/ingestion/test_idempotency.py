@@ -11,10 +11,9 @@ import pytest
 from sqlalchemy import update
 
 from headwater.config import Settings
-from headwater.db import Database
 from headwater.ingestion.models import IdempotencyKey
 from headwater.kit.clock import utcnow
-from tests.factories import assert_problem
+from tests.factories import assert_problem, database
 from tests.ingestion.conftest import DataTenant, order
 
 
@@ -93,17 +92,13 @@ def test_concurrent_requests_with_one_key_store_once(data_tenant: DataTenant) ->
 
 def test_keys_expire_after_24_hours(data_tenant: DataTenant, settings: Settings) -> None:
     first = data_tenant.push(order(1), key="old")
-    db = Database(settings)
-    try:
-        with db.unit_of_work() as session:
-            session.execute(
-                update(IdempotencyKey)
-                .where(IdempotencyKey.key == "old")
-                .values(created_at=utcnow() - timedelta(hours=24, seconds=1))
-            )
-            session.commit()
-    finally:
-        db.dispose()
+    with database(settings) as db, db.unit_of_work() as session:
+        session.execute(
+            update(IdempotencyKey)
+            .where(IdempotencyKey.key == "old")
+            .values(created_at=utcnow() - timedelta(hours=24, seconds=1))
+        )
+        session.commit()
     second = data_tenant.push(order(2), key="old")  # another body: no 409 once expired
     assert second.status_code == 200, second.text
     assert second.json()["transaction_id"] != first.json()["transaction_id"]
@@ -116,18 +111,12 @@ def test_worker_purges_expired_keys(data_tenant: DataTenant, settings: Settings)
     from headwater.ingestion.service import purge_idempotency_keys
 
     data_tenant.push(order(1), key="purge-me")
-    db = Database(settings)
-    try:
-        with db.unit_of_work() as session:
-            session.execute(
-                update(IdempotencyKey)
-                .where(IdempotencyKey.key == "purge-me")
-                .values(created_at=utcnow() - timedelta(days=2))
-            )
-            session.commit()
-            assert purge_idempotency_keys(session, older_than=timedelta(hours=24)) >= 1
-            assert (
-                session.get(IdempotencyKey, (uuid.UUID(data_tenant.company_id), "purge-me")) is None
-            )
-    finally:
-        db.dispose()
+    with database(settings) as db, db.unit_of_work() as session:
+        session.execute(
+            update(IdempotencyKey)
+            .where(IdempotencyKey.key == "purge-me")
+            .values(created_at=utcnow() - timedelta(days=2))
+        )
+        session.commit()
+        assert purge_idempotency_keys(session, older_than=timedelta(hours=24)) >= 1
+        assert session.get(IdempotencyKey, (uuid.UUID(data_tenant.company_id), "purge-me")) is None

@@ -16,7 +16,7 @@ from headwater.db import Database
 from headwater.identity.tokens import Principal
 from headwater.ingestion import records
 from headwater.ingestion.schemas import RecordQuery
-from tests.factories import assert_problem, auth, create_credential, get_token
+from tests.factories import assert_problem, auth, create_credential, database, get_token
 from tests.ingestion.conftest import DataTenant, order
 
 
@@ -265,13 +265,10 @@ def test_ndjson_memory_does_not_grow_with_the_result(
     quarter = RecordQuery(
         client_id=data_tenant.client_id, dataset_id="orders", ingested_before=received[3]
     )
-    db = Database(settings)
-    try:
+    with database(settings) as db:
         _stream_peak(db, caller, quarter)  # warm caches and the pool
         small = _stream_peak(db, caller, quarter)
         large = _stream_peak(db, caller, everything)
-    finally:
-        db.dispose()
     assert (small[0], large[0]) == (3000, 12_000)
     assert large[1] > 24_000_000
     assert large[2] < small[2] * 1.25, (small, large)

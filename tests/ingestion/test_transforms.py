@@ -16,9 +16,8 @@ from sqlalchemy import select
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
-from headwater.db import Database
 from headwater.ingestion.models import CompanyHashKey
-from tests.factories import create_company
+from tests.factories import create_company, database
 from tests.files.conftest import CSV_HEADER, FileTenant, run_worker
 from tests.ingestion.conftest import DataTenant, order, register_dataset
 
@@ -275,16 +274,12 @@ def test_hash_is_an_hmac_under_the_companys_key(
     push_people(other, {"id": "3", "email": "ann@x.io"})
     assert people(other)[0]["data"]["email"] != email
     # the key is kept sealed: the stored text is not the key that hashes
-    db = Database(settings)
-    try:
-        with db.read_connection() as connection:
-            sealed = connection.scalar(
-                select(CompanyHashKey.sealed).where(
-                    CompanyHashKey.company_id == uuid.UUID(nested_tenant.company_id)
-                )
+    with database(settings) as db, db.read_connection() as connection:
+        sealed = connection.scalar(
+            select(CompanyHashKey.sealed).where(
+                CompanyHashKey.company_id == uuid.UUID(nested_tenant.company_id)
             )
-    finally:
-        db.dispose()
+        )
     assert sealed is not None and sealed.startswith("v1.")
     assert hmac.new(sealed.encode(), b"ann@x.io", hashlib.sha256).hexdigest() != email
 

@@ -15,9 +15,8 @@ from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
-from headwater.db import Database
 from headwater.web.problems import handle_unexpected
-from tests.factories import assert_problem
+from tests.factories import assert_problem, database
 
 
 def test_unknown_path_is_404(client: TestClient) -> None:
@@ -95,19 +94,15 @@ def test_a_transaction_ended_for_anothers_sake_is_503_busy_not_unreachable(
     conflict it was."""
     if backend != "postgresql":
         pytest.skip("lock_timeout is PostgreSQL's")
-    db = Database(settings)
     error: BaseException | None = None
-    try:
-        with db.begin() as first:
-            first.execute(text("SELECT pg_advisory_xact_lock(4242)"))
-            with db.begin() as second:
-                second.execute(text("SET LOCAL lock_timeout = '20ms'"))
-                try:
-                    second.execute(text("SELECT pg_advisory_xact_lock(4242)"))
-                except DBAPIError as exc:
-                    error = exc
-    finally:
-        db.dispose()
+    with database(settings) as db, db.begin() as first:
+        first.execute(text("SELECT pg_advisory_xact_lock(4242)"))
+        with db.begin() as second:
+            second.execute(text("SET LOCAL lock_timeout = '20ms'"))
+            try:
+                second.execute(text("SELECT pg_advisory_xact_lock(4242)"))
+            except DBAPIError as exc:
+                error = exc
     assert error is not None, "the second transaction waited past its lock_timeout"
     with caplog.at_level(logging.WARNING, logger="headwater.errors"):
         response = asyncio.run(handle_unexpected(cast(Request, None), cast(Exception, error)))

@@ -18,7 +18,14 @@ from sqlalchemy import text
 from headwater import wakeups
 from headwater.config import Settings
 from headwater.db import Database
-from tests.factories import OPERATOR_ID, OPERATOR_SECRET, auth, fresh_pg_database, get_token
+from tests.factories import (
+    OPERATOR_ID,
+    OPERATOR_SECRET,
+    auth,
+    database,
+    fresh_pg_database,
+    get_token,
+)
 from tests.http_server import ServerProcess
 from tests.ingestion.conftest import DataTenant, order
 
@@ -28,11 +35,10 @@ LONG = "300"
 
 @pytest.fixture
 def announced(settings: Settings) -> Iterator[tuple[Database, list[tuple[str, str]]]]:
-    db = Database(settings)
     heard: list[tuple[str, str]] = []
-    db.announcer.handle(lambda topic, key: heard.append((topic, key)))
-    yield db, heard
-    db.dispose()
+    with database(settings) as db:
+        db.announcer.handle(lambda topic, key: heard.append((topic, key)))
+        yield db, heard
 
 
 def test_a_mark_is_announced_once_its_transaction_commits(
@@ -79,14 +85,11 @@ def test_closing_while_the_sender_gathers_announcements_stops_it(
     if backend != "postgresql":
         pytest.skip("NOTIFY is PostgreSQL's")
     monkeypatch.setattr(wakeups, "COALESCE", 0.5)
-    db = Database(settings)
-    try:
+    with database(settings) as db:
         db.announcer.announce("files")
         time.sleep(0.1)  # the sender is in its pause
         sender = db.announcer._sender
         assert sender is not None
-    finally:
-        db.dispose()
     assert not sender.is_alive()
 
 

@@ -19,9 +19,9 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
-from headwater.db import Database
 from headwater.kit.clock import utcnow
 from headwater.webhooks.models import WebhookEndpoint
+from tests.factories import database
 from tests.webhooks.conftest import DELIVERING, HookTenant
 from tests.webhooks.receiver import Receiver
 
@@ -329,16 +329,12 @@ def test_an_endpoint_failing_for_five_days_is_disabled_with_an_event(
     endpoint = worker.endpoint(receiver.at("/dead", status=500), ["transaction.completed"])
     hooks.push(1)
     hooks.wait_deliveries(endpoint["id"], lambda f: bool(f and f[0]["attempts"]))
-    db = Database(settings)
-    try:
-        with db.begin() as connection:
-            connection.execute(
-                update(WebhookEndpoint)
-                .where(WebhookEndpoint.id == uuid.UUID(endpoint["id"]))
-                .values(failing_since=utcnow() - timedelta(days=5, minutes=1))
-            )
-    finally:
-        db.dispose()
+    with database(settings) as db, db.begin() as connection:
+        connection.execute(
+            update(WebhookEndpoint)
+            .where(WebhookEndpoint.id == uuid.UUID(endpoint["id"]))
+            .values(failing_since=utcnow() - timedelta(days=5, minutes=1))
+        )
     path = f"{ENDPOINTS}/{endpoint['id']}"
     deadline = time.monotonic() + 20
     while hooks.client.get(path, headers=hooks.headers).json()["status"] != "disabled":

@@ -32,6 +32,7 @@ from headwater.runtime import secret_box
 from headwater.webhooks import dispatch, service
 from headwater.webhooks.dispatch import Outcome
 from headwater.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from tests.factories import database
 from tests.webhooks.conftest import HookTenant
 
 ENDPOINTS = "/platform/v1/webhook_endpoints"
@@ -411,12 +412,9 @@ def _at_once(settings: Settings, run: Any) -> list[int]:
     answers: list[int] = []
 
     def one() -> None:
-        database = Database(settings)
-        try:
+        with database(settings) as own:
             gate.wait()
-            answers.append(run(database))
-        finally:
-            database.dispose()
+            answers.append(run(own))
 
     threads = [threading.Thread(target=one) for _ in range(2)]
     for thread in threads:

@@ -9,8 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from headwater.config import Settings
-from headwater.db import Database
-from tests.factories import assert_problem, auth, create_credential, get_token
+from tests.factories import assert_problem, auth, create_credential, database, get_token
 from tests.webhooks.conftest import HookTenant
 
 ENDPOINTS = "/platform/v1/webhook_endpoints"
@@ -51,14 +50,8 @@ def test_create_shows_the_secret_once(loopback_ok: HookTenant) -> None:
 
 def test_the_secret_is_stored_encrypted(loopback_ok: HookTenant, settings: Settings) -> None:
     created = loopback_ok.endpoint("http://127.0.0.1:9/hook")
-    db = Database(settings)
-    try:
-        with db.read_connection() as connection:
-            stored = (
-                connection.exec_driver_sql("SELECT secret FROM webhook_endpoints").scalars().all()
-            )
-    finally:
-        db.dispose()
+    with database(settings) as db, db.read_connection() as connection:
+        stored = connection.exec_driver_sql("SELECT secret FROM webhook_endpoints").scalars().all()
     assert stored
     assert not any(created["secret"] in s or created["secret"][6:] in s for s in stored)
 

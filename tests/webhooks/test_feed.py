@@ -15,7 +15,7 @@ from headwater.config import Settings
 from headwater.db import Database
 from headwater.events import log, outbox
 from headwater.kit.clock import utcnow
-from tests.factories import assert_problem, auth, create_credential, get_token
+from tests.factories import assert_problem, auth, create_credential, database, get_token
 from tests.webhooks.conftest import HookTenant
 
 
@@ -197,15 +197,9 @@ def test_a_cursor_behind_removed_events_answers_410(settings: Settings, hooks: H
     first = hooks.events(limit=1)
     hooks.push(2)
     hooks.events()  # every event so far has its position
-    db = Database(settings)
-    try:
-        # retention with a cutoff in the future: every sequenced event is past it
-        with db.begin() as connection:
-            removed = log.purge(
-                connection, older_than=utcnow() + timedelta(seconds=1), batch=100_000
-            )
-    finally:
-        db.dispose()
+    # retention with a cutoff in the future: every sequenced event is past it
+    with database(settings) as db, db.begin() as connection:
+        removed = log.purge(connection, older_than=utcnow() + timedelta(seconds=1), batch=100_000)
     assert removed >= 3
     expired = hooks.client.get(
         "/platform/v1/events", params={"after": first["next_cursor"]}, headers=hooks.headers
