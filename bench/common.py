@@ -292,6 +292,15 @@ class CpuSplit:
             self.api - other.api, self.postgres - other.postgres, self.load - other.load
         )
 
+    def __add__(self, other: CpuSplit) -> CpuSplit:
+        return CpuSplit(
+            self.api + other.api, self.postgres + other.postgres, self.load + other.load
+        )
+
+    @property
+    def total(self) -> float:
+        return self.api + self.postgres + self.load
+
     def per_request(self, requests: int) -> str:
         """Microseconds of each part's CPU a request."""
         each = 1e6 / max(requests, 1)

@@ -14,7 +14,10 @@ of bench.validate's 20-field schema:
 and measures:
 
   (i) ingestion with a subject key against without: batches of 500 pushed with wrk,
-      concurrency 8, `people` and `plain` in alternating slices (A B A B)
+      concurrency 8, `people` and `plain` in alternating slices (A B A B, four of
+      each); beside the rates, the machine's CPU a record in each (the service's
+      processes, PostgreSQL's, wrk's: `bench.common.cpu_split`), far steadier from one
+      run to the next than rates from slices of a few seconds on two shared cores
   (e) erasures of 1, 100 and 1,000 subjects: seconds from the request to `completed`
       (the erasure's own times), beside the anchor: PostgreSQL's bare `DELETE` of as
       many records of other subjects by the same index, rolled back, timed by psql's
@@ -48,9 +51,11 @@ import psycopg
 from bench.common import (
     OPERATOR,
     SECRET,
+    CpuSplit,
     WrkResult,
     bench_database,
     combine,
+    cpu_split,
     data_tenant,
     production_server,
     run_wrk,
@@ -61,6 +66,7 @@ from bench.validate import SCHEMA, broken, record
 
 BATCH = 500
 FILES, ROWS_PER_FILE = 100, 100
+PAIRS = 4  # part (i)'s slices of each variant, in turns
 
 
 def person(i: int, subjects: int) -> dict[str, Any]:
@@ -236,20 +242,23 @@ def main() -> None:
             headers = bearer | {"Content-Type": "application/json"}
             push = url + "/platform/v1/data/json"
             ingest: dict[str, list[WrkResult]] = {"people": [], "plain": []}
+            used = {name: CpuSplit(0.0, 0.0, 0.0) for name in ingest}
             for name in ingest:  # every API process compiles each dataset first
                 run_wrk(
                     push, seconds=2, connections=8, script=push_script(name, headers, args.subjects)
                 )
-            for _ in range(slices):
+            for _ in range(PAIRS):
                 for name in ingest:
+                    before = cpu_split()
                     ingest[name].append(
                         run_wrk(
                             push,
-                            seconds=max(1, args.seconds // (2 * slices)),
+                            seconds=max(1, args.seconds // (2 * PAIRS)),
                             connections=8,
                             script=push_script(name, headers, args.subjects),
                         )
                     )
+                    used[name] = used[name] + (cpu_split() - before)
             began = time.monotonic()
             # every person's records, whatever part (i) pushed: its batches hold 500 people
             # (each in thousands of records), none of whom is erased below
@@ -300,9 +309,24 @@ def main() -> None:
         for a, b in zip(ingest["people"], ingest["plain"], strict=True)
     )
     ratio = rate["people"] / rate["plain"]
+    pairs = statistics.median(
+        a.requests_per_second / b.requests_per_second
+        for a, b in zip(ingest["people"], ingest["plain"], strict=True)
+    )
     print(
         f"(i) with subject_key {rate['people']:,.0f} records/s, without {rate['plain']:,.0f}: "
-        f"{ratio:.3f} (slices {each}; target >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})"
+        f"{ratio:.3f} (slices {each}, their median {pairs:.3f}; "
+        f"target >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})"
+    )
+    cost = {
+        name: used[name].total / (combine(found).requests * BATCH) * 1e6
+        for name, found in ingest.items()
+    }
+    print(
+        f"    CPU a record, the machine's (the service, PostgreSQL, wrk): with subject_key "
+        f"{cost['people']:.1f} us, without {cost['plain']:.1f} us: "
+        f"{cost['plain'] / cost['people']:.3f} (what the rates' ratio tends to on a machine "
+        "these processes keep busy)"
     )
     for count, seconds, counts, anchor in erasures:
         target = 5 if count == 1 else 30 if count == 1000 else None

@@ -9,7 +9,9 @@ the serve process) with three datasets of bench.validate's 20-field schema:
   dedupe   one dedupe step on /event_id (every record's id is new: each is claimed)
 
 and measures, each variant in alternating slices (A B C A B C ...) so that all see the
-same machine:
+same machine (beside each rate, the machine's CPU a record: the service's processes,
+PostgreSQL's and wrk's, `bench.common.cpu_split`, steadier than rates from slices of a
+few seconds on two shared cores):
 
   (a) batches of 500 records pushed with wrk, concurrency 8: records/s of each variant;
       every request's records carry fresh event ids (a counter in the Lua script), so
@@ -41,9 +43,11 @@ import httpx
 from bench.common import (
     OPERATOR,
     SECRET,
+    CpuSplit,
     WrkResult,
     bench_database,
     combine,
+    cpu_split,
     data_tenant,
     production_server,
     run_wrk,
@@ -189,8 +193,10 @@ def main() -> None:
         for name in VARIANTS:  # every API process compiles each dataset first
             run_wrk(push, seconds=2, connections=8, script=push_script(name, headers))
         results: dict[str, list[WrkResult]] = {name: [] for name in VARIANTS}
+        used = {name: CpuSplit(0.0, 0.0, 0.0) for name in VARIANTS}
         for _ in range(slices):
             for name in VARIANTS:
+                before = cpu_split()
                 results[name].append(
                     run_wrk(
                         push,
@@ -199,6 +205,7 @@ def main() -> None:
                         script=push_script(name, headers),
                     )
                 )
+                used[name] = used[name] + (cpu_split() - before)
         files: dict[str, list[float]] = {"plain": [], "steps": []}
         for n in range(args.files):
             for name in files:
@@ -208,9 +215,14 @@ def main() -> None:
         raise SystemExit("some pushes failed; figures not valid")
     rate = {name: combined[name].requests_per_second * BATCH for name in VARIANTS}
     print(f"workers={args.workers} cores={os.cpu_count()} seconds={args.seconds} rows={args.rows}")
+    cost = {name: used[name].total / (combined[name].requests * BATCH) * 1e6 for name in VARIANTS}
     for name in VARIANTS:
         each = " ".join(f"{r.requests_per_second * BATCH:,.0f}" for r in results[name])
-        print(f"(a) {name:6} {rate[name]:>9,.0f} records/s  (slices: {each})")
+        print(
+            f"(a) {name:6} {rate[name]:>9,.0f} records/s  (slices: {each}); the machine's CPU "
+            f"a record {cost[name]:.1f} us, of it PostgreSQL's "
+            f"{used[name].postgres / (combined[name].requests * BATCH) * 1e6:.1f}"
+        )
     for name in ("steps", "dedupe"):
         pairs = [
             one.requests_per_second / base.requests_per_second
@@ -220,7 +232,8 @@ def main() -> None:
         target = 0.9 if name == "steps" else 0.8
         print(
             f"(a) {name}/plain = {ratio:.3f} (slices {' '.join(f'{p:.3f}' for p in pairs)}; "
-            f"target >= {target}: {'met' if ratio >= target else 'NOT met'})"
+            f"target >= {target}: {'met' if ratio >= target else 'NOT met'}); by CPU a "
+            f"record {cost['plain'] / cost[name]:.3f}"
         )
     for name, found in files.items():
         print(f"(f) {name:6} " + " ".join(f"{r:,.0f}" for r in found) + " rows/s processing")
