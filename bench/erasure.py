@@ -318,13 +318,13 @@ def main() -> None:
         f"{ratio:.3f} (slices {each}, their median {pairs:.3f}; "
         f"target >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})"
     )
-    cost = {
-        name: used[name].total / (combine(found).requests * BATCH) * 1e6
-        for name, found in ingest.items()
-    }
+    records = {name: combine(found).requests * BATCH for name, found in ingest.items()}
+    cost = {name: used[name].total / records[name] * 1e6 for name in ingest}
+    database = {name: used[name].postgres / records[name] * 1e6 for name in ingest}
     print(
         f"    CPU a record, the machine's (the service, PostgreSQL, wrk): with subject_key "
-        f"{cost['people']:.1f} us, without {cost['plain']:.1f} us: "
+        f"{cost['people']:.1f} us (PostgreSQL's {database['people']:.1f}), without "
+        f"{cost['plain']:.1f} us ({database['plain']:.1f}): "
         f"{cost['plain'] / cost['people']:.3f} (what the rates' ratio tends to on a machine "
         "these processes keep busy)"
     )
