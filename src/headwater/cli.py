@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import os
 import shutil
@@ -18,14 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from headwater.config import Settings
     from headwater.db import Database
 
-# Heavy modules (SQLAlchemy, Alembic, the services) are imported by the commands that need
-# them, so that `headwater --help` and a single command start quickly.
+# Heavy modules (SQLAlchemy, Alembic, the services, rich) are imported by the commands that
+# need them, so that `headwater --help` and a single command start quickly.
 
 
 # Plain help (click's): argument names in capitals, no type placeholders, and no rich
@@ -66,7 +68,14 @@ IMPORT_AUTHOR = uuid.uuid5(uuid.NAMESPACE_URL, "urn:headwater:cli-import")
 # Written as author_id on dataset changes made with `headwater datasets ...`.
 CLI_OPERATOR = uuid.uuid5(uuid.NAMESPACE_URL, "urn:headwater:cli-operator")
 
-out = Console()
+
+@functools.cache
+def _console(*, stderr: bool = False) -> Console:
+    """Rich's console, imported when a command first prints through it (18 ms)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
 
 # Arguments and options used by several commands: a name in capitals and a help text each.
 CompanyId = Annotated[
@@ -97,7 +106,12 @@ def _json_value(value: object) -> object:
 
 
 def _print(data: object) -> None:
-    out.print_json(json.dumps(data, default=_json_value))
+    """JSON on standard output: coloured by rich on a terminal, elsewhere as rich writes it
+    there too (`json.dumps`, indented by 2), without importing rich."""
+    if sys.stdout.isatty():
+        _console().print_json(json.dumps(data, default=_json_value))
+        return
+    sys.stdout.write(json.dumps(data, default=_json_value, indent=2, ensure_ascii=False) + "\n")
 
 
 def get_settings() -> Settings:
@@ -358,7 +372,7 @@ def demo(
             data, base_url=settings.public_url, audience=settings.audience, data_dir=data_dir
         )
     )
-    out.print(
+    _console().print(
         demo_data.instructions(data, base_url=settings.public_url, env_file=env_file),
         highlight=False,
         soft_wrap=True,
@@ -509,7 +523,7 @@ def db_upgrade(
     from headwater import migrations
 
     migrations.upgrade(get_settings(), revision)
-    out.print(f"database at {revision}")
+    _console().print(f"database at {revision}")
 
 
 @companies_app.command("create")
@@ -610,7 +624,7 @@ def credentials_revoke(
 
     with _database().unit_of_work() as session:
         identity.revoke_credential(session, client_id)
-    out.print(f"revoked {client_id}")
+    _console().print(f"revoked {client_id}")
 
 
 @keys_app.command("rotate")
@@ -621,7 +635,7 @@ def keys_rotate() -> None:
     settings = get_settings()
     with _database().unit_of_work() as session:
         key = identity.rotate_signing_key(session, passphrase=settings.signing_key_passphrase)
-    out.print(f"signing with {key.kid}")
+    _console().print(f"signing with {key.kid}")
 
 
 @keys_app.command("list")
@@ -653,7 +667,7 @@ def keys_remove(
 
     with _database().unit_of_work() as session:
         identity.remove_signing_key(session, kid)
-    out.print(f"removed {kid}")
+    _console().print(f"removed {kid}")
 
 
 @app.command("import")
@@ -724,11 +738,15 @@ def activity_verify(
         for company in companies:
             result = activity.verify(session, company_id=company, checkpoint=expected.get(company))
             if result.finding is None:
-                out.print(f"ok       {company}  {result.head.count} entries  {result.head.hash}")
+                _console().print(
+                    f"ok       {company}  {result.head.count} entries  {result.head.hash}"
+                )
             else:
                 broken += 1
                 f = result.finding
-                out.print(f"[red]BROKEN[/red]   {company}  {f.kind} at entry {f.seq}: {f.detail}")
+                _console().print(
+                    f"[red]BROKEN[/red]   {company}  {f.kind} at entry {f.seq}: {f.detail}"
+                )
     if broken:
         raise typer.Exit(1)
 
@@ -959,7 +977,7 @@ def sftp_accounts_delete(
 
     with _database().unit_of_work() as session:
         sftp.delete_account(session, username)
-    out.print(f"deleted {username}")
+    _console().print(f"deleted {username}")
 
 
 @inboxes_app.command("create")
@@ -1012,7 +1030,7 @@ def inboxes_delete(
 
     with _database().unit_of_work() as session:
         inboxes.delete_inbox(session, inbox_id)
-    out.print(f"deleted {inbox_id}")
+    _console().print(f"deleted {inbox_id}")
 
 
 def main() -> None:
@@ -1024,7 +1042,7 @@ def main() -> None:
 
         if not isinstance(exc, DomainError):
             raise
-        Console(stderr=True).print(f"[red]error:[/red] {exc.detail}")
+        _console(stderr=True).print(f"[red]error:[/red] {exc.detail}")
         raise SystemExit(1) from None
 
 
