@@ -46,8 +46,8 @@ from bench.common import (
     SECRET,
     CpuSplit,
     WrkResult,
+    adding_cpu,
     bench_database,
-    cpu_split,
     production_server,
     report,
     request_script,
@@ -308,10 +308,8 @@ def measure(url: str, token: str, shapes: dict[str, dict[str, Any]], seconds: in
     common = {"seconds": seconds, "connections": 8, "threads": 2}
 
     def timed(label: str, target: str, script: str) -> WrkResult:
-        before = cpu_split()
-        result = run_wrk(target, **common, script=script)
-        cpu[label] = cpu_split() - before
-        return result
+        with adding_cpu(cpu, label):
+            return run_wrk(target, **common, script=script)
 
     bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     for label, shape in shapes.items():

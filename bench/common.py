@@ -301,12 +301,17 @@ class CpuSplit:
     def total(self) -> float:
         return self.api + self.postgres + self.load
 
+    def each_us(self, count: int) -> CpuSplit:
+        """Each part's CPU for one of `count` (requests, records, rows), in microseconds."""
+        scale = 1e6 / max(count, 1)
+        return CpuSplit(self.api * scale, self.postgres * scale, self.load * scale)
+
     def per_request(self, requests: int) -> str:
         """Microseconds of each part's CPU a request."""
-        each = 1e6 / max(requests, 1)
+        each = self.each_us(requests)
         return (
-            f"CPU a request: API {self.api * each:4.0f} µs, PostgreSQL "
-            f"{self.postgres * each:4.0f} µs, wrk {self.load * each:3.0f} µs"
+            f"CPU a request: API {each.api:4.0f} µs, PostgreSQL "
+            f"{each.postgres:4.0f} µs, wrk {each.load:3.0f} µs"
         )
 
 
@@ -361,6 +366,15 @@ def cpu_split() -> CpuSplit:
     return CpuSplit(
         totals["api"], totals["postgres"], children.children_user + children.children_system
     )
+
+
+@contextmanager
+def adding_cpu(used: dict[str, CpuSplit], label: str) -> Iterator[None]:
+    """The CPU the block used (`cpu_split`, read before and after it), added to
+    `used[label]` (nothing there yet: to nothing)."""
+    before = cpu_split()
+    yield
+    used[label] = used.get(label, CpuSplit(0.0, 0.0, 0.0)) + (cpu_split() - before)
 
 
 def report(label: str, result: WrkResult) -> str:

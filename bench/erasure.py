@@ -53,9 +53,9 @@ from bench.common import (
     SECRET,
     CpuSplit,
     WrkResult,
+    adding_cpu,
     bench_database,
     combine,
-    cpu_split,
     data_tenant,
     production_server,
     run_wrk,
@@ -242,23 +242,22 @@ def main() -> None:
             headers = bearer | {"Content-Type": "application/json"}
             push = url + "/platform/v1/data/json"
             ingest: dict[str, list[WrkResult]] = {"people": [], "plain": []}
-            used = {name: CpuSplit(0.0, 0.0, 0.0) for name in ingest}
+            used: dict[str, CpuSplit] = {}
             for name in ingest:  # every API process compiles each dataset first
                 run_wrk(
                     push, seconds=2, connections=8, script=push_script(name, headers, args.subjects)
                 )
             for _ in range(PAIRS):
                 for name in ingest:
-                    before = cpu_split()
-                    ingest[name].append(
-                        run_wrk(
-                            push,
-                            seconds=max(1, args.seconds // (2 * PAIRS)),
-                            connections=8,
-                            script=push_script(name, headers, args.subjects),
+                    with adding_cpu(used, name):
+                        ingest[name].append(
+                            run_wrk(
+                                push,
+                                seconds=max(1, args.seconds // (2 * PAIRS)),
+                                connections=8,
+                                script=push_script(name, headers, args.subjects),
+                            )
                         )
-                    )
-                    used[name] = used[name] + (cpu_split() - before)
             began = time.monotonic()
             # every person's records, whatever part (i) pushed: its batches hold 500 people
             # (each in thousands of records), none of whom is erased below
@@ -304,28 +303,26 @@ def main() -> None:
         f"subjects={args.subjects:,} duty={args.duty or 'default'} (loaded in {loaded:.0f} s)"
     )
     rate = {name: combine(found).requests_per_second * BATCH for name, found in ingest.items()}
-    each = " ".join(
-        f"{a.requests_per_second / b.requests_per_second:.3f}"
-        for a, b in zip(ingest["people"], ingest["plain"], strict=True)
-    )
-    ratio = rate["people"] / rate["plain"]
-    pairs = statistics.median(
+    slice_ratios = [
         a.requests_per_second / b.requests_per_second
         for a, b in zip(ingest["people"], ingest["plain"], strict=True)
-    )
+    ]
+    ratio = rate["people"] / rate["plain"]
     print(
         f"(i) with subject_key {rate['people']:,.0f} records/s, without {rate['plain']:,.0f}: "
-        f"{ratio:.3f} (slices {each}, their median {pairs:.3f}; "
+        f"{ratio:.3f} (slices {' '.join(f'{r:.3f}' for r in slice_ratios)}, their median "
+        f"{statistics.median(slice_ratios):.3f}; "
         f"target >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})"
     )
-    records = {name: combine(found).requests * BATCH for name, found in ingest.items()}
-    cost = {name: used[name].total / records[name] * 1e6 for name in ingest}
-    database = {name: used[name].postgres / records[name] * 1e6 for name in ingest}
+    cost = {
+        name: used[name].each_us(combine(found).requests * BATCH) for name, found in ingest.items()
+    }
+    people, plain = cost["people"], cost["plain"]
     print(
         f"    CPU a record, the machine's (the service, PostgreSQL, wrk): with subject_key "
-        f"{cost['people']:.1f} us (PostgreSQL's {database['people']:.1f}), without "
-        f"{cost['plain']:.1f} us ({database['plain']:.1f}): "
-        f"{cost['plain'] / cost['people']:.3f} (what the rates' ratio tends to on a machine "
+        f"{people.total:.1f} us (PostgreSQL's {people.postgres:.1f}), without "
+        f"{plain.total:.1f} us ({plain.postgres:.1f}): "
+        f"{plain.total / people.total:.3f} (what the rates' ratio tends to on a machine "
         "these processes keep busy)"
     )
     for count, seconds, counts, anchor in erasures:

@@ -47,9 +47,9 @@ from bench.common import (
     SECRET,
     CpuSplit,
     WrkResult,
+    adding_cpu,
     bench_database,
     combine,
-    cpu_split,
     data_tenant,
     production_server,
     run_wrk,
@@ -195,39 +195,36 @@ def main() -> None:
         for name in VARIANTS:  # every API process compiles each dataset first
             run_wrk(push, seconds=2, connections=8, script=push_script(name, headers))
         results: dict[str, list[WrkResult]] = {name: [] for name in VARIANTS}
-        used = {name: CpuSplit(0.0, 0.0, 0.0) for name in VARIANTS}
+        used: dict[str, CpuSplit] = {}
         for _ in range(slices):
             for name in VARIANTS:
-                before = cpu_split()
-                results[name].append(
-                    run_wrk(
-                        push,
-                        seconds=max(1, args.seconds // (slices * len(VARIANTS))),
-                        connections=8,
-                        script=push_script(name, headers),
+                with adding_cpu(used, name):
+                    results[name].append(
+                        run_wrk(
+                            push,
+                            seconds=max(1, args.seconds // (slices * len(VARIANTS))),
+                            connections=8,
+                            script=push_script(name, headers),
+                        )
                     )
-                )
-                used[name] = used[name] + (cpu_split() - before)
         files: dict[str, list[float]] = {"plain": [], "steps": []}
-        file_cpu = {name: CpuSplit(0.0, 0.0, 0.0) for name in files}
+        file_cpu: dict[str, CpuSplit] = {}
         for n in range(args.files):
             # A B, then B A: a drift over the run (the tables grow) favours neither
             for name in list(files) if n % 2 == 0 else list(files)[::-1]:
-                before = cpu_split()
-                files[name].append(process_file(url, bearer, name, args.rows, f"{name}{n}"))
-                file_cpu[name] = file_cpu[name] + (cpu_split() - before)
+                with adding_cpu(file_cpu, name):
+                    files[name].append(process_file(url, bearer, name, args.rows, f"{name}{n}"))
     combined = {name: combine(found) for name, found in results.items()}
     if any(r.non_2xx for r in combined.values()):
         raise SystemExit("some pushes failed; figures not valid")
     rate = {name: combined[name].requests_per_second * BATCH for name in VARIANTS}
     print(f"workers={args.workers} cores={os.cpu_count()} seconds={args.seconds} rows={args.rows}")
-    cost = {name: used[name].total / (combined[name].requests * BATCH) * 1e6 for name in VARIANTS}
+    cost = {name: used[name].each_us(combined[name].requests * BATCH) for name in VARIANTS}
     for name in VARIANTS:
         each = " ".join(f"{r.requests_per_second * BATCH:,.0f}" for r in results[name])
         print(
             f"(a) {name:6} {rate[name]:>9,.0f} records/s  (slices: {each}); the machine's CPU "
-            f"a record {cost[name]:.1f} us, of it PostgreSQL's "
-            f"{used[name].postgres / (combined[name].requests * BATCH) * 1e6:.1f}"
+            f"a record {cost[name].total:.1f} us, of it PostgreSQL's {cost[name].postgres:.1f}"
         )
     for name in ("steps", "dedupe"):
         pairs = [
@@ -239,12 +236,12 @@ def main() -> None:
         print(
             f"(a) {name}/plain = {ratio:.3f} (slices {' '.join(f'{p:.3f}' for p in pairs)}; "
             f"target >= {target}: {'met' if ratio >= target else 'NOT met'}); by CPU a "
-            f"record {cost['plain'] / cost[name]:.3f}"
+            f"record {cost['plain'].total / cost[name].total:.3f}"
         )
     for name, found in files.items():
         print(f"(f) {name:6} " + " ".join(f"{r:,.0f}" for r in found) + " rows/s processing")
     ratio = statistics.median(files["steps"]) / statistics.median(files["plain"])
-    per_row = {name: file_cpu[name].total / (args.rows * args.files) * 1e6 for name in files}
+    per_row = {name: file_cpu[name].each_us(args.rows * args.files).total for name in files}
     print(
         f"(f) steps/plain = {ratio:.3f} (target >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'}); "
         f"the machine's CPU a row {per_row['steps']:.1f} against {per_row['plain']:.1f} us: "
