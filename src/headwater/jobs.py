@@ -183,7 +183,10 @@ class Due:
     """A table of jobs that fall due, as the queue sees it: its model (with an `id`), its
     state column and the value of a job still to do (`pending`), the column of its due
     time (`due`) and of the end of the lease its attempt runs under (`leased`, else
-    None); `wakeup`, the topic that wakes its workers when jobs are due again at once."""
+    None); `wakeup`, the topic that wakes its workers when jobs are due again at once;
+    `partition`, the column PostgreSQL partitions the table by, if it does (a lease's
+    update names its jobs' range of it, so that only their partitions are read: without
+    it, each id was looked up in every day's partition, 90 us a webhook delivery)."""
 
     model: Any
     state: Any
@@ -191,6 +194,7 @@ class Due:
     due: Any
     leased: Any
     wakeup: wakeups.Topic | None = None
+    partition: Any = None
 
 
 # The jobs a lease takes from the due candidates (connection, the candidates: at most
@@ -212,6 +216,8 @@ def lease(
     """Lease up to `limit` jobs due at `now` among those `where` selects (oldest due
     first; `pick` chooses among them, when given): their rows (`id` and `columns`), and
     the lease's end, in the caller's short database transaction."""
+    if queue.partition is not None and queue.partition not in columns:
+        columns = (*columns, queue.partition)
     statement = select(queue.model.id, *columns)
     rows: Sequence[Any] = connection.execute(
         statement.where(queue.state == queue.pending, queue.due <= now, *where)
@@ -223,10 +229,12 @@ def lease(
         rows = pick(connection, rows)[:limit]
     until = now + duration
     if rows:
+        chosen = queue.model.id.in_([row.id for row in rows])
+        if queue.partition is not None:
+            keys = [getattr(row, queue.partition.key) for row in rows]
+            chosen = and_(chosen, queue.partition.between(min(keys), max(keys)))
         connection.execute(
-            update(queue.model)
-            .where(queue.model.id.in_([row.id for row in rows]))
-            .values({queue.due: until, queue.leased: until})
+            update(queue.model).where(chosen).values({queue.due: until, queue.leased: until})
         )
     return rows, until
 

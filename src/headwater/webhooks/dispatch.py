@@ -202,6 +202,7 @@ DELIVERIES = jobs.Due(
     due=WebhookDelivery.next_attempt_at,
     leased=WebhookDelivery.leased_until,
     wakeup="events",
+    partition=WebhookDelivery.event_created_at,
 )
 
 
