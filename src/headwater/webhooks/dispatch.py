@@ -364,9 +364,13 @@ def _within_slots(
             .with_for_update(skip_locked=True, key_share=True)
         ).scalars()
     )
-    taken: dict[uuid.UUID, int] = dict(
-        connection.execute(_attempting(now).where(WebhookDelivery.endpoint_id.in_(mine))).all()
-    )
+    # every endpoint's count, the few unexpired leases read whole: named in the query,
+    # each endpoint was looked up in every day's partition's index (5 ms a lease of 128)
+    taken: dict[uuid.UUID, int] = {
+        endpoint_id: count
+        for endpoint_id, count in connection.execute(_attempting(now))
+        if endpoint_id in mine
+    }
     picked = []
     for row in candidates:
         if row.endpoint_id in mine and taken.get(row.endpoint_id, 0) < per_endpoint:
