@@ -27,7 +27,7 @@ from headwater.inbox.models import InboxMessage
 from headwater.kit.clock import utcnow
 from headwater.runtime import Runtime
 from headwater.webhooks import dispatch
-from headwater.webhooks.models import WebhookDelivery
+from headwater.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tests.factories import create_company
 from tests.http_server import claimed_together, process_env, same_database
 from tests.webhooks.conftest import HookTenant
@@ -293,6 +293,37 @@ def test_an_endpoints_slots_hold_across_processes(
     )
     assert states == ["delivered"]
     assert len(_claim(runtime, endpoint)) == 1  # the slot it freed
+
+
+def test_a_success_ends_an_endpoints_failing_spell(
+    client: TestClient, admin: dict[str, str], loopback_client: TestClient
+) -> None:
+    user = _deliveries(client, admin, loopback_client)
+    user.make(3)
+    endpoint = _endpoint_of(user)
+    runtime = user.runtime
+    first, second = _claim(runtime, endpoint)
+
+    def failing_since() -> Any:
+        with runtime.db.read_connection() as connection:
+            return connection.scalar(
+                select(WebhookEndpoint.failing_since).where(WebhookEndpoint.id == endpoint)
+            )
+
+    def record(claimed: dispatch.Claimed, status: int) -> list[str]:
+        outcome = dispatch.Outcome(at=utcnow(), duration_ms=1, status_code=status)
+        return dispatch.record(
+            runtime.db, [(claimed, outcome)], schedule=[60], disable_after=timedelta(days=3)
+        )
+
+    assert record(first, 500) == ["retry"]
+    since = failing_since()
+    assert since is not None
+    (third,) = _claim(runtime, endpoint)
+    assert record(third, 503) == ["retry"]
+    assert failing_since() == since  # its first failure since the last success
+    assert record(second, 204) == ["delivered"]
+    assert failing_since() is None
 
 
 def test_concurrent_claimers_never_fill_an_endpoint_past_its_slots(

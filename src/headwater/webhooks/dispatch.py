@@ -445,7 +445,7 @@ def record(
         # the endpoints first, then their deliveries, as every writer of an endpoint
         # takes them (`lock_endpoints`): a delete, a replay or a status change running
         # now waits for this transaction, or this one for it, never each for the other
-        lock_endpoints(connection, {claimed.endpoint_id for claimed, _ in done})
+        failing = lock_endpoints(connection, {claimed.endpoint_id for claimed, _ in done})
         moved = _move(connection, done, following)
         succeeded: set[uuid.UUID] = set()
         failed: dict[uuid.UUID, datetime] = {}
@@ -459,13 +459,11 @@ def record(
                 failed[claimed.endpoint_id] = min(
                     outcome.at, failed.get(claimed.endpoint_id, outcome.at)
                 )
-        if succeeded:
+        # a success ends a failing spell (most often none was failing: no statement)
+        if succeeded & failing:
             connection.execute(
                 update(WebhookEndpoint)
-                .where(
-                    WebhookEndpoint.id.in_(succeeded),
-                    WebhookEndpoint.failing_since.is_not(None),
-                )
+                .where(WebhookEndpoint.id.in_(succeeded & failing))
                 .values(failing_since=None)
             )
         for endpoint_id, at in sorted(failed.items()):
@@ -580,17 +578,23 @@ SELECT id FROM moved
 """
 
 
-def lock_endpoints(connection: Connection, endpoint_ids: set[uuid.UUID]) -> None:
+def lock_endpoints(connection: Connection, endpoint_ids: set[uuid.UUID]) -> set[uuid.UUID]:
     """Lock endpoints' rows (`FOR NO KEY UPDATE`, in id order) before their deliveries':
     the one order of every transaction that writes both (a record, a replay, a status
-    change, a delete), so no two of them wait for each other round a loop."""
-    if endpoint_ids:
-        connection.execute(
-            select(WebhookEndpoint.id)
+    change, a delete), so no two of them wait for each other round a loop. Those of them
+    failing (`failing_since` set), as the locks found them."""
+    if not endpoint_ids:
+        return set()
+    return {
+        row.id
+        for row in connection.execute(
+            select(WebhookEndpoint.id, WebhookEndpoint.failing_since)
             .where(WebhookEndpoint.id.in_(sorted(endpoint_ids)))
             .order_by(WebhookEndpoint.id)
             .with_for_update(key_share=True)
         )
+        if row.failing_since is not None
+    }
 
 
 # deliveries of an endpoint enabled again that its enabling itself looks at: the newest,
