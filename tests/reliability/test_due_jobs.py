@@ -287,12 +287,16 @@ def test_an_endpoints_slots_hold_across_processes(
     first = _claim(runtime, endpoint)
     assert len(first) == 2
     assert _claim(runtime, endpoint) == []  # another process: the endpoint's slots are taken
-    delivered = dispatch.Outcome(at=utcnow(), duration_ms=1, status_code=204)
-    states = dispatch.record(
-        runtime.db, [(first[0], delivered)], schedule=[60], disable_after=timedelta(days=3)
-    )
-    assert states == ["delivered"]
+    assert _record(runtime, first[0], 204) == ["delivered"]
     assert len(_claim(runtime, endpoint)) == 1  # the slot it freed
+
+
+def _record(runtime: Runtime, claimed: dispatch.Claimed, status: int) -> list[str]:
+    """An attempt of the claimed delivery answered `status`, recorded: its state."""
+    outcome = dispatch.Outcome(at=utcnow(), duration_ms=1, status_code=status)
+    return dispatch.record(
+        runtime.db, [(claimed, outcome)], schedule=[60], disable_after=timedelta(days=3)
+    )
 
 
 def test_a_success_ends_an_endpoints_failing_spell(
@@ -310,19 +314,13 @@ def test_a_success_ends_an_endpoints_failing_spell(
                 select(WebhookEndpoint.failing_since).where(WebhookEndpoint.id == endpoint)
             )
 
-    def record(claimed: dispatch.Claimed, status: int) -> list[str]:
-        outcome = dispatch.Outcome(at=utcnow(), duration_ms=1, status_code=status)
-        return dispatch.record(
-            runtime.db, [(claimed, outcome)], schedule=[60], disable_after=timedelta(days=3)
-        )
-
-    assert record(first, 500) == ["retry"]
+    assert _record(runtime, first, 500) == ["retry"]
     since = failing_since()
     assert since is not None
     (third,) = _claim(runtime, endpoint)
-    assert record(third, 503) == ["retry"]
+    assert _record(runtime, third, 503) == ["retry"]
     assert failing_since() == since  # its first failure since the last success
-    assert record(second, 204) == ["delivered"]
+    assert _record(runtime, second, 204) == ["delivered"]
     assert failing_since() is None
 
 
