@@ -33,6 +33,7 @@ with events >= 0.9 of without.
 
     uv run python -m bench.webhooks [--endpoints 100 --slow 10 --failing 10 --seconds 20
                                      --rate 4 --keep-rate 8 --drain-events 100]
+                                    [--drain-only: part (0) alone]
 """
 
 from __future__ import annotations
@@ -457,7 +458,8 @@ def throughput(url: str, admin: dict[str, str], port: int, args: Any) -> dict[st
             f"durable {rates['durable'][-1]:,.0f}/s, service {rates['service'][-1]:,.0f}/s",
             flush=True,
         )
-    keeping(url, hooked, port, args)
+    if not args.drain_only:
+        keeping(url, hooked, port, args)
     hooked.delete()
     return rates
 
@@ -516,6 +518,18 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else 0.0
 
 
+def report_drain(drain: dict[str, list[float]], args: Any) -> None:
+    """Part (0)'s figures: medians of each side's trials, and their ratios."""
+    bare, ours = statistics.median(drain["bare"]), statistics.median(drain["service"])
+    durable = statistics.median(drain["durable"])
+    print(
+        f"\n(0) deliveries/s to {args.endpoints} healthy endpoints: bare aiohttp {bare:,.0f}, "
+        f"the service {ours:,.0f}: ratio {ours / bare:.3f} (target >= 0.5)\n"
+        f"    the durable anchor {durable:,.0f}: {durable / bare:.3f} of the bare client; "
+        f"the service {ours / durable:.3f} of it"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--endpoints", type=int, default=100)
@@ -527,6 +541,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=4, help="pushes/s in (2)")
     parser.add_argument("--keep-rate", type=float, default=8, help="pushes/s in (1r)")
     parser.add_argument("--drain-events", type=int, default=100, help="events a trial of (0)")
+    parser.add_argument(
+        "--drain-only", action="store_true", help="part (0) alone: delivery throughput"
+    )
     args = parser.parse_args()
 
     port_in, port_out = multiprocessing.Pipe(duplex=False)
@@ -551,6 +568,12 @@ def main() -> None:
         with production_server(env, workers=2) as url:
             admin = {"Authorization": f"Bearer {token(url, OPERATOR, SECRET)}"}
             drain = throughput(url, admin, port, args)
+            if args.drain_only:
+                stop.set()
+                results_in.recv()  # the receiver's record, sent before it ends
+                receiver.join()
+                report_drain(drain, args)
+                return
             first = Hooked(url, admin, "bench-a", port, args)
             rates: dict[str, list[float]] = {"A": [], "B": []}
             for _ in range(args.rounds):
@@ -584,14 +607,7 @@ def main() -> None:
     receiver.join()
     print(f"the receiver saw {len(seen):,} requests")
 
-    bare, ours = statistics.median(drain["bare"]), statistics.median(drain["service"])
-    durable = statistics.median(drain["durable"])
-    print(
-        f"\n(0) deliveries/s to {args.endpoints} healthy endpoints: bare aiohttp {bare:,.0f}, "
-        f"the service {ours:,.0f}: ratio {ours / bare:.3f} (target >= 0.5)\n"
-        f"    the durable anchor {durable:,.0f}: {durable / bare:.3f} of the bare client; "
-        f"the service {ours / durable:.3f} of it"
-    )
+    report_drain(drain, args)
     a, b = statistics.median(rates["A"]), statistics.median(rates["B"])
     print(
         f"\n(1) pushes/s: A (endpoints disabled) {a:,.0f}, B (every endpoint enabled) "
