@@ -518,6 +518,43 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else 0.0
 
 
+def beside_pushes(
+    url: str, admin: dict[str, str], port: int, args: Any
+) -> tuple[
+    dict[str, list[float]], dict[str, list[tuple[float, float]]], dict[str, tuple[float, float]]
+]:
+    """Parts (1) and (2): pushes/s with the endpoints disabled and enabled, in turns (each
+    phase's time spans), then pushes at `rate` with only the healthy endpoints and with
+    every kind (each phase's window)."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    windows: dict[str, tuple[float, float]] = {}
+    first = Hooked(url, admin, "bench-a", port, args)
+    rates: dict[str, list[float]] = {"A": [], "B": []}
+    for _ in range(args.rounds):
+        for phase in ("A", "B"):
+            first.set_status("disabled" if phase == "A" else "enabled", "slow", "fail", "ok")
+            began = time.time()
+            count = push_for(url, first.headers, "bench-a", args.seconds, args.threads)
+            spans.setdefault(phase, []).append((began, time.time()))
+            rates[phase].append(count / args.seconds)
+            print(f"(1) {phase}: {count / args.seconds:,.0f} pushes/s", flush=True)
+    # (1)'s deliveries are not drained: at 100 endpoints a second of pushes makes
+    # more than the machine delivers in a minute. Its endpoints are deleted (with
+    # their deliveries, and its company's events are no longer sequenced); (2) has
+    # a company of its own.
+    first.delete()
+    second = Hooked(url, admin, "bench-b", port, args)
+    second.set_status("disabled", "slow", "fail", "ok")
+    for phase, kinds_on in (("C0", ("ok",)), ("C1", ("ok", "slow", "fail"))):
+        second.set_status("enabled", *kinds_on)
+        began = time.time()
+        count = push_for(url, second.headers, "bench-b", args.seconds, args.threads, rate=args.rate)
+        windows[phase] = (began, time.time())
+        print(f"(2) {phase}: {count} pushes at {count / args.seconds:.1f}/s", flush=True)
+        time.sleep(5)  # the last events' deliveries
+    return rates, spans, windows
+
+
 def report_drain(drain: dict[str, list[float]], args: Any) -> None:
     """Part (0)'s figures: medians of each side's trials, and their ratios."""
     bare, ours = statistics.median(drain["bare"]), statistics.median(drain["service"])
@@ -561,53 +598,21 @@ def main() -> None:
         HEADWATER_WEBHOOK_RETRY_SCHEDULE="1,2,4",
         HEADWATER_LOG_LEVEL="WARNING",
     )
-    windows: dict[str, tuple[float, float]] = {}
-    spans: dict[str, list[tuple[float, float]]] = {}
     with bench_database("hw_bench_webhooks") as database:
         env["HEADWATER_DATABASE_URL"] = database
         with production_server(env, workers=2) as url:
             admin = {"Authorization": f"Bearer {token(url, OPERATOR, SECRET)}"}
             drain = throughput(url, admin, port, args)
-            if args.drain_only:
-                stop.set()
-                results_in.recv()  # the receiver's record, sent before it ends
-                receiver.join()
-                report_drain(drain, args)
-                return
-            first = Hooked(url, admin, "bench-a", port, args)
-            rates: dict[str, list[float]] = {"A": [], "B": []}
-            for _ in range(args.rounds):
-                for phase in ("A", "B"):
-                    first.set_status(
-                        "disabled" if phase == "A" else "enabled", "slow", "fail", "ok"
-                    )
-                    began = time.time()
-                    count = push_for(url, first.headers, "bench-a", args.seconds, args.threads)
-                    spans.setdefault(phase, []).append((began, time.time()))
-                    rates[phase].append(count / args.seconds)
-                    print(f"(1) {phase}: {count / args.seconds:,.0f} pushes/s", flush=True)
-            # (1)'s deliveries are not drained: at 100 endpoints a second of pushes makes
-            # more than the machine delivers in a minute. Its endpoints are deleted (with
-            # their deliveries, and its company's events are no longer sequenced); (2) has
-            # a company of its own.
-            first.delete()
-            second = Hooked(url, admin, "bench-b", port, args)
-            second.set_status("disabled", "slow", "fail", "ok")
-            for phase, kinds_on in (("C0", ("ok",)), ("C1", ("ok", "slow", "fail"))):
-                second.set_status("enabled", *kinds_on)
-                began = time.time()
-                count = push_for(
-                    url, second.headers, "bench-b", args.seconds, args.threads, rate=args.rate
-                )
-                windows[phase] = (began, time.time())
-                print(f"(2) {phase}: {count} pushes at {count / args.seconds:.1f}/s", flush=True)
-                time.sleep(5)  # the last events' deliveries
+            if not args.drain_only:
+                rates, spans, windows = beside_pushes(url, admin, port, args)
     stop.set()
     seen = results_in.recv()
     receiver.join()
     print(f"the receiver saw {len(seen):,} requests")
 
     report_drain(drain, args)
+    if args.drain_only:
+        return
     a, b = statistics.median(rates["A"]), statistics.median(rates["B"])
     print(
         f"\n(1) pushes/s: A (endpoints disabled) {a:,.0f}, B (every endpoint enabled) "
