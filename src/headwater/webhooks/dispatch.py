@@ -400,16 +400,26 @@ def next_delay(schedule: Sequence[float], attempts: int) -> float | None:
     return delay * (1 + random.uniform(0, JITTER))  # noqa: S311 (spreading retries, not security)
 
 
-def _next(claimed: Claimed, outcome: Outcome, schedule: Sequence[float]) -> dict[str, Any]:
-    """The delivery's columns after this attempt, with its `state`."""
+@dataclass(frozen=True, slots=True)
+class After:
+    """A delivery after an attempt: what `record` answers for it (`state`: delivered,
+    retry or failed) and its columns (`status`, `attempt_count`, `next_attempt_at`)."""
+
+    state: str
+    status: str
+    attempt_count: int
+    next_attempt_at: datetime | None = None
+
+
+def _next(claimed: Claimed, outcome: Outcome, schedule: Sequence[float]) -> After:
+    """The delivery after this attempt."""
     attempts = claimed.attempt_count + 1
     if outcome.delivered:
-        return {"state": "delivered", "b_status": "delivered", "b_count": attempts, "b_next": None}
+        return After("delivered", "delivered", attempts)
     delay = next_delay(schedule, attempts)
     if delay is None:
-        return {"state": "failed", "b_status": "failed", "b_count": attempts, "b_next": None}
-    after = outcome.at + timedelta(seconds=delay)
-    return {"state": "retry", "b_status": "pending", "b_count": attempts, "b_next": after}
+        return After("failed", "failed", attempts)
+    return After("retry", DELIVERIES.pending, attempts, outcome.at + timedelta(seconds=delay))
 
 
 _MOVE = (
@@ -452,7 +462,7 @@ def record(
         for k, ((claimed, outcome), after) in enumerate(zip(done, following, strict=True)):
             if claimed.delivery_id not in moved:
                 continue
-            states[k] = after["state"]
+            states[k] = after.state
             if outcome.delivered:
                 succeeded.add(claimed.endpoint_id)
             else:
@@ -479,7 +489,7 @@ def record(
 def _move(
     connection: Connection,
     done: Sequence[tuple[Claimed, Outcome]],
-    following: Sequence[dict[str, Any]],
+    following: Sequence[After],
 ) -> set[int]:
     """The deliveries whose leases still hold (a delete or replay that ran first ended
     the lease) moved to what follows their attempts, with an attempt's row each; their
@@ -492,14 +502,15 @@ def _move(
                 "ids": [claimed.delivery_id for claimed, _ in done],
                 "event_at": [claimed.event_created_at for claimed, _ in done],
                 "until": [claimed.until for claimed, _ in done],
-                "status": [after["b_status"] for after in following],
-                "count": [after["b_count"] for after in following],
-                "next": [after["b_next"] for after in following],
+                "status": [after.status for after in following],
+                "count": [after.attempt_count for after in following],
+                "next": [after.next_attempt_at for after in following],
                 "company": [claimed.company_id for claimed, _ in done],
                 "at": [outcome.at for _, outcome in done],
                 "code": [outcome.status_code for _, outcome in done],
                 "error": [_error(outcome) for _, outcome in done],
                 "duration": [outcome.duration_ms for _, outcome in done],
+                "pending": DELIVERIES.pending,
             },
         )
         return {row.id for row in rows}
@@ -519,7 +530,9 @@ def _move(
                 {
                     "delivery": claimed.delivery_id,
                     "b_event_at": claimed.event_created_at,
-                    **{k: v for k, v in after.items() if k != "state"},
+                    "b_status": after.status,
+                    "b_count": after.attempt_count,
+                    "b_next": after.next_attempt_at,
                 }
                 for claimed, _, after in kept
             ],
@@ -566,7 +579,7 @@ WITH given AS (
         leased_until = NULL
     FROM given AS g
     WHERE d.id = g.id AND d.event_created_at = g.event_at
-      AND d.status = 'pending' AND d.leased_until = g.until
+      AND d.status = %(pending)s AND d.leased_until = g.until
     RETURNING d.id
 ), tried AS (
     INSERT INTO webhook_attempts
