@@ -4,7 +4,6 @@ bounds, and a resolver that refuses whatever reaches it."""
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,6 +14,7 @@ from starlette.testclient import TestClient
 from headwater.ingestion import validation
 from tests.factories import assert_problem, create_ingestion_client
 from tests.ingestion.conftest import DataTenant
+from tests.loopback import serving
 
 
 class _Counting(http.server.BaseHTTPRequestHandler):
@@ -36,13 +36,9 @@ class _Counting(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def remote() -> Iterator[str]:
     """A schema host on loopback that records every request it gets."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
     _Counting.hits = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Counting) as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
 
 
 @pytest.fixture

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import jwt
@@ -15,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from tests.factories import assert_problem, auth
+from tests.loopback import serving
 
 ISSUER = "https://tenant.idp.example/"
 AUDIENCE = "https://api.headwater.example"
@@ -47,10 +47,8 @@ class JwksServer:
             def log_message(self, *args: Any) -> None:
                 return
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/.well-known/jwks.json"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.handler = Handler
+        self.url = ""  # once served (`idp`)
 
     def add_rsa(self, kid: str) -> Any:
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -64,17 +62,14 @@ class JwksServer:
         self.keys[kid] = (private, jwk | {"kid": kid, "use": "sig", "alg": "ES256"})
         return private
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
 
 @pytest.fixture
 def idp() -> Iterator[JwksServer]:
     server = JwksServer()
     server.add_rsa("ext-1")
-    yield server
-    server.close()
+    with serving(server.handler) as httpd:
+        server.url = f"http://127.0.0.1:{httpd.server_address[1]}/.well-known/jwks.json"
+        yield server
 
 
 @pytest.fixture
