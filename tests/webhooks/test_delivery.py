@@ -341,9 +341,14 @@ def test_dns_rebinding_is_caught_at_delivery(
 
 
 def test_an_endpoint_failing_for_five_days_is_disabled_with_an_event(
-    hooks: HookTenant, delivering: TestClient, receiver: Receiver, settings: Settings
+    hooks: HookTenant,
+    make_client: Callable[..., TestClient],
+    receiver: Receiver,
+    settings: Settings,
 ) -> None:
-    worker = hooks.using(delivering)
+    # its periodic jobs every 0.2 s: the disabled endpoint's backlog leaves the schedule
+    # at the next `tend_endpoint_backlogs` (10 s apart by default)
+    worker = hooks.using(make_client(**DELIVERING | {"worker_interval_seconds": 0.2}))
     endpoint = worker.endpoint(receiver.at("/dead", status=500), ["transaction.completed"])
     hooks.push(1)
     hooks.wait_deliveries(endpoint["id"], lambda f: bool(f and f[0]["attempts"]))
