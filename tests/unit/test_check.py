@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from headwater.ingestion import check, transforms
-from headwater.ingestion.datasets import Compiled
+from headwater.ingestion.compiling import Compiled
 from headwater.ingestion.normalise import compile_normaliser
 from headwater.ingestion.schemas import DatasetOptions
 from headwater.ingestion.validation import DRAFT6, compile_batch, compile_schema

@@ -32,6 +32,7 @@ from headwater.db import Database
 from headwater.identity.tokens import Principal
 from headwater.ingestion import (
     check,
+    compiling,
     datasets,
     dedupe,
     erasure,
@@ -193,7 +194,7 @@ class FileTarget:
     dataset_pk: uuid.UUID
     version: int
     quarantine: bool
-    check: datasets.Compiled  # with the transform steps the records go through
+    check: compiling.Compiled  # with the transform steps the records go through
     ingested_at: datetime
 
     def batch(self, kept: Kept, transaction_id: uuid.UUID | None = None) -> sinks.RecordBatch:
@@ -247,7 +248,7 @@ def file_target(
         dataset_pk=row.id,
         version=row.schema_version,
         quarantine=row.options.get("invalid_rows") == "quarantine",
-        check=datasets.compiled(
+        check=compiling.compiled(
             connection,
             dataset_pk=row.id,
             version=row.schema_version,
@@ -276,20 +277,20 @@ def store_rows(
 
 
 def check_one(
-    compiled: datasets.Compiled, data: dict[str, Any], *, nul: bool = False
+    compiled: compiling.Compiled, data: dict[str, Any], *, nul: bool = False
 ) -> tuple[Any, list[dict[str, Any]]]:
     """The core's record check of one record (`check.one`): normalised, and its errors."""
     return check.one(compiled, data, nul=nul)
 
 
-def transform(compiled: datasets.Compiled, records: Sequence[dict[str, Any]]) -> check.Kept:
+def transform(compiled: compiling.Compiled, records: Sequence[dict[str, Any]]) -> check.Kept:
     """The dataset's transform steps on valid records (`check.transform`): those to
     store, and how many were filtered or duplicates within them."""
     return check.transform(compiled, records)
 
 
 def check_table(
-    compiled: datasets.Compiled, header: Sequence[str], rows: Sequence[Sequence[str]]
+    compiled: compiling.Compiled, header: Sequence[str], rows: Sequence[Sequence[str]]
 ) -> tuple[list[Any], list[tuple[int, list[dict[str, Any]]]]]:
     """The core's record check of CSV rows under one header (`check.table`)."""
     return check.table(compiled, header, rows)

@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from headwater.ingestion import validation
-from headwater.ingestion.datasets import Compiled
+from headwater.ingestion.compiling import Compiled
 from headwater.ingestion.subjects import Subjects
 
 Problem = dict[str, Any]

@@ -10,7 +10,7 @@ the dataset's `subjects_version`: a feed page read ahead before it is not served
 it. Records of a file still staging are not visible, and are left alone.
 
 Suppressions (subjects whose later records are not stored) are ingestion's too: the
-record check reads them (`datasets.Compiled.subjects`), keyed by `subjects_version`.
+record check reads them (`compiling.Compiled.subjects`), keyed by `subjects_version`.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from headwater.errors import DomainError, MalformedJSON, is_unreachable
 from headwater.identity.tokens import Principal
 from headwater.ingestion import (
     check,
+    compiling,
     datasets,
     dedupe,
     lifecycle,
@@ -136,7 +137,7 @@ def envelope(body: bytes, *, limits: Limits) -> tuple[str, str, list[Any]]:
 class _Target:
     dataset_pk: uuid.UUID
     version: int
-    compiled: datasets.Compiled
+    compiled: compiling.Compiled
 
 
 def _target(connection: Connection, caller: Principal, client_id: str, dataset_id: str) -> _Target:
@@ -160,10 +161,10 @@ def _resolve(
     )
 
 
-def _compiled(connection: Connection, row: Any) -> datasets.Compiled:
+def _compiled(connection: Connection, row: Any) -> compiling.Compiled:
     """The validator and normaliser of a `repository.target` row's dataset (compiled, and
     its schema read, the first time)."""
-    return datasets.compiled(
+    return compiling.compiled(
         connection,
         dataset_pk=row.id,
         version=row.schema_version,
@@ -473,7 +474,7 @@ def group_pairs(pushes: Sequence[SmallPush]) -> list[tuple[str, str]]:
 def decide_group(
     pushes: Sequence[SmallPush],
     rows: dict[tuple[str, str], Any],
-    compile_for: Callable[[Any], datasets.Compiled | None],
+    compile_for: Callable[[Any], compiling.Compiled | None],
 ) -> sinks.Decision | None:
     """Each push resolved from its pair's `repository.target` row (403, 404), then
     normalised and validated with `compile_for(row)`: the outcomes in order, and the
@@ -498,10 +499,10 @@ def decide_group(
     return (outcomes, *_rows(checked))
 
 
-def cached_compiled(row: Any) -> datasets.Compiled | None:
+def cached_compiled(row: Any) -> compiling.Compiled | None:
     """A `repository.target` row's validator and normaliser if this process has compiled
     them already (no database work), else None."""
-    return datasets.cached_compiled(
+    return compiling.cached_compiled(
         dataset_pk=row.id,
         version=row.schema_version,
         options=row.options,

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
 from headwater.db import Database
-from headwater.ingestion import check, datasets, hashkeys, transforms
+from headwater.ingestion import check, compiling, datasets, hashkeys, transforms
 from headwater.ingestion.errors import InvalidTransforms, TransformVersionNotFound
 from headwater.ingestion.models import Dataset, DatasetTransform, DedupeKey
 from headwater.ingestion.schemas import PreviewRead, PreviewResult, TransformsRead
@@ -152,7 +152,7 @@ def preview(
             with db.begin() as connection:
                 hashkeys.ensure(connection, dataset.company_id)
     with db.read_connection() as connection:
-        compiled = datasets.compiled(
+        compiled = compiling.compiled(
             connection,
             dataset_pk=dataset.id,
             version=dataset.schema_version,
@@ -174,7 +174,7 @@ def preview(
 
 
 def _judge(
-    compiled: datasets.Compiled, run: transforms.Steps | None, records: list[Any]
+    compiled: compiling.Compiled, run: transforms.Steps | None, records: list[Any]
 ) -> tuple[list[PreviewResult], dict[int, bytes]]:
     """Each record's outcome before the stored records are looked at, and the digest of
     each one that would be stored."""
