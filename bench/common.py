@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import re
@@ -386,6 +387,14 @@ def report(label: str, result: WrkResult) -> str:
 
 
 AUDIENCE = "headwater-api"
+
+
+@functools.cache
+def kept_client() -> httpx.Client:
+    """One client for a benchmark's polls while it is timed, its connections kept:
+    `httpx.get` makes a client a call (an SSL context each, tens of ms of CPU), which
+    polled every 20-100 ms took a third of a core from the service being measured."""
+    return httpx.Client(timeout=30)
 
 
 def token(url: str, client_id: str, secret: str) -> str:

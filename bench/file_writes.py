@@ -35,6 +35,7 @@ from bench.common import (
     BenchCompany,
     Sampling,
     bench_database,
+    kept_client,
     server_env,
     token,
 )
@@ -126,7 +127,7 @@ def _upload(url: str, company: BenchCompany, rows: int) -> str:
 
 
 def _status(url: str, headers: dict[str, str], transaction_id: str) -> dict[str, Any]:
-    answer = httpx.get(f"{url}/platform/v1/transactions/{transaction_id}", headers=headers)
+    answer = kept_client().get(f"{url}/platform/v1/transactions/{transaction_id}", headers=headers)
     view: dict[str, Any] = answer.json()
     return view
 

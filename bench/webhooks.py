@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import json
 import multiprocessing
 import random
@@ -61,6 +60,7 @@ from bench.common import (
     SECRET,
     bench_database,
     fresh_database,
+    kept_client,
     production_server,
     server_env,
     token,
@@ -68,16 +68,8 @@ from bench.common import (
 from headwater.webhooks.crypto import signature
 
 
-@functools.cache
-def _counter() -> httpx.Client:
-    """One client for the receiver's count, its connection kept: `httpx.get` makes a
-    client a call (an SSL context each, tens of ms of CPU), and a wait polls every 20 ms,
-    which took a third of a core from the service while it was timed."""
-    return httpx.Client(timeout=30)
-
-
 def arrived(port: int) -> int:
-    return int(_counter().get(f"http://127.0.0.1:{port}/count").text)
+    return int(kept_client().get(f"http://127.0.0.1:{port}/count").text)
 
 
 def wait_arrived(port: int, count: int, timeout: float = 600) -> float:
