@@ -291,6 +291,8 @@ def receive(port_out: Any, results: Any, stop: Any, slow: int, failing: int) -> 
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
+        except asyncio.CancelledError:  # a connection kept open (`kept_client`) at the end
+            writer.close()
 
     async def main() -> None:
         server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
