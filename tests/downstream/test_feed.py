@@ -14,7 +14,6 @@ import pytest
 from sqlalchemy import select
 from starlette.testclient import TestClient
 
-from headwater.config import Settings
 from headwater.db import Database
 from headwater.ingestion import feed, lifecycle, sinks
 from headwater.ingestion.models import Dataset
@@ -112,12 +111,11 @@ def _store(db: Database, dataset: Dataset, author: uuid.UUID, size: int, hold: f
 
 
 def test_concurrent_writers_out_of_order_commits_every_record_exactly_once(
-    settings: Settings, feed_tenant: FeedTenant
+    db: Database, feed_tenant: FeedTenant
 ) -> None:
     """Writers insert in one order and commit in another (some hold their transaction
     open), pushes go through the API and a file is processed meanwhile; a reader follows
     the cursor all the while and finds each record once."""
-    db = Database(settings)
     dataset = _dataset(db, feed_tenant)
     author = uuid.UUID(feed_tenant.credential["author_id"])
     written: list[str] = []
@@ -161,7 +159,6 @@ def test_concurrent_writers_out_of_order_commits_every_record_exactly_once(
     finally:
         for thread in threads:
             thread.join()
-        db.dispose()
     rest, _ = feed_tenant.follow(cursor, limit=100)
     seen.extend(r["data"]["order_id"] for r in rest)
     assert len(seen) == len(set(seen)), "a record came twice"
@@ -192,12 +189,11 @@ def test_wait_answers_when_this_process_commits(feed_tenant: FeedTenant, make_cl
 
 
 def test_wait_sees_another_process_commit_by_polling(
-    settings: Settings, feed_tenant: FeedTenant, make_client: Any
+    db: Database, feed_tenant: FeedTenant, make_client: Any
 ) -> None:
     client: TestClient = make_client(feed_poll_seconds=0.2)
     tenant = feed_tenant.via(client)
     cursor = tenant.changes()["next_cursor"]
-    db = Database(settings)
     dataset = _dataset(db, feed_tenant)
     author = uuid.UUID(feed_tenant.credential["author_id"])
     names: list[str] = []
@@ -216,7 +212,6 @@ def test_wait_sees_another_process_commit_by_polling(
         page = tenant.changes(after=cursor, wait=20)
     finally:
         thread.join()
-        db.dispose()
     assert [r["data"]["order_id"] for r in page["data"]] == names
 
 

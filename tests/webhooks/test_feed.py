@@ -152,11 +152,10 @@ def _write_event(db: Database, company_id: uuid.UUID, hold: float) -> uuid.UUID:
 
 
 def test_concurrent_writers_out_of_order_commits_every_event_exactly_once(
-    settings: Settings, hooks: HookTenant
+    db: Database, hooks: HookTenant
 ) -> None:
     """Writers insert in one order and commit in another (some hold their transaction
     open); a reader follows the cursor all the while and finds each event once."""
-    db = Database(settings)
     company = uuid.UUID(hooks.company_id)
     _, cursor = hooks.follow()
     written: list[uuid.UUID] = []
@@ -185,7 +184,6 @@ def test_concurrent_writers_out_of_order_commits_every_event_exactly_once(
     finally:
         for thread in threads:
             thread.join()
-        db.dispose()
     rest, _ = hooks.follow(cursor)
     seen.extend(e["id"] for e in rest)
     assert len(seen) == len(set(seen)), "an event came twice"
