@@ -44,7 +44,7 @@ import orjson
 import psycopg
 import urllib3
 
-from bench.common import bench_database, data_tenant, production_server, server_env
+from bench.common import bench_database, data_tenant, kept_client, production_server, server_env
 from headwater.ingestion import feed
 
 SCHEMA = {
@@ -254,9 +254,10 @@ def export(
         queued = httpx.post(url + "/platform/v1/exports", json=body, headers=headers).json()
         while True:
             time.sleep(0.5)
-            done = httpx.get(
+            answer = kept_client().get(
                 url + f"/platform/v1/exports/{queued['export_id']}", headers=headers
-            ).json()
+            )
+            done = answer.json()
             if done["status"] in ("completed", "failed"):
                 break
         rss = peak_rss_mb(worker.pid)

@@ -38,7 +38,7 @@ import asyncssh
 import httpx
 from tests.http_server import free_port
 
-from bench.common import OPERATOR, SECRET, BenchCompany, Sampling, token
+from bench.common import OPERATOR, SECRET, BenchCompany, Sampling, kept_client, token
 
 DOMAIN = "ingest.localhost"
 CSV = b"order_id,amount\n" + b"".join(b"V-%d,%d.5\n" % (i, i) for i in range(20))
@@ -130,7 +130,7 @@ class Tenant(BenchCompany):
         )
 
     def transactions(self, channel: str) -> list[dict[str, Any]]:
-        answer = httpx.get(
+        answer = kept_client().get(
             f"{self.url}/platform/v1/transactions",
             params={"channel": channel, "page_size": 100},
             headers=self.headers,

@@ -46,6 +46,7 @@ from bench.common import (
     bench_database,
     data_tenant,
     ensure_tool,
+    kept_client,
     production_server,
     server_env,
     token,
@@ -235,12 +236,13 @@ def wait_completed(
         done: list[Any] = []
         page = 0  # pages count from 0
         while True:
-            answer = httpx.get(
+            reply = kept_client().get(
                 url + "/platform/v1/transactions",
                 params={"channel": channel, "page": page, "page_size": 100},
                 headers=headers,
                 timeout=60,
-            ).json()
+            )
+            answer = reply.json()
             done += [t for t in answer["data"] if t["status"] not in ("processing",)]
             if page + 1 >= answer["total_pages"]:
                 break
