@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -289,6 +290,38 @@ def test_an_endpoints_slots_hold_across_processes(
     assert _claim(runtime, endpoint) == []  # another process: the endpoint's slots are taken
     assert _record(runtime, first[0], 204) == ["delivered"]
     assert len(_claim(runtime, endpoint)) == 1  # the slot it freed
+
+
+def test_an_endpoints_slots_hold_under_claims_at_once(
+    client: TestClient, admin: dict[str, str], loopback_client: TestClient
+) -> None:
+    """Eight processes' claims at once, three rounds, each round's leases then recorded:
+    however the claims interleave, the endpoint never has more deliveries leased than
+    its slots (they are counted once its row is locked, by the claim holding it)."""
+    user = _deliveries(client, admin, loopback_client)
+    user.make(6)
+    endpoint = _endpoint_of(user)
+    runtime = user.runtime
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(3):
+            start = threading.Barrier(8)
+
+            def claim(start: threading.Barrier) -> list[dispatch.Claimed]:
+                start.wait(timeout=60)
+                return _claim(runtime, endpoint)
+
+            taken = [c for claimed in pool.map(claim, [start] * 8) for c in claimed]
+            assert 1 <= len(taken) <= 2
+            with runtime.db.read_connection() as connection:
+                leased = connection.scalar(
+                    select(func.count()).where(
+                        WebhookDelivery.endpoint_id == endpoint,
+                        WebhookDelivery.leased_until > utcnow(),
+                    )
+                )
+            assert leased == len(taken)
+            for claimed in taken:
+                assert _record(runtime, claimed, 204) == ["delivered"]
 
 
 def _record(runtime: Runtime, claimed: dispatch.Claimed, status: int) -> list[str]:
