@@ -369,7 +369,7 @@ ORDER BY c.next_attempt_at, c.id
 # columns an attempt needs
 _LEASE_SQL = """
 WITH given AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(event_at)s::timestamptz[], %(endpoint)s::uuid[])
+    SELECT * FROM unnest(%(ids)b::bigint[], %(event_at)b::timestamptz[], %(endpoint)b::uuid[])
         WITH ORDINALITY AS g(id, event_at, endpoint_id, position)
 ), taken AS (
     SELECT endpoint_id, count(*) AS n FROM webhook_deliveries
@@ -684,17 +684,18 @@ def _error(outcome: Outcome) -> str | None:
 
 # PostgreSQL's record of many attempts, through psycopg itself: one statement moves the
 # deliveries whose leases still hold (the condition of `jobs.held`) and writes an
-# attempt's row for each, the values as arrays. As `_MOVE` and an insert, each an
+# attempt's row for each, the values as binary arrays (as text, psycopg took 4 us to
+# write each timestamp, 20 us a delivery). As `_MOVE` and an insert, each an
 # execution a row on the partitioned tables, PostgreSQL took about 300 us a delivery.
 # The endpoints are locked first, so the rows' order here cannot make two writers wait
 # for each other: any two that touch one delivery wait on its endpoint first.
 _RECORD_SQL = """
 WITH given AS (
     SELECT * FROM unnest(
-        %(ids)s::bigint[], %(event_at)s::timestamptz[], %(until)s::timestamptz[],
-        %(status)s::text[], %(count)s::int[], %(next)s::timestamptz[],
-        %(company)s::uuid[], %(at)s::timestamptz[], %(code)s::int[], %(error)s::text[],
-        %(duration)s::int[]
+        %(ids)b::bigint[], %(event_at)b::timestamptz[], %(until)b::timestamptz[],
+        %(status)b::text[], %(count)b::int[], %(next)b::timestamptz[],
+        %(company)b::uuid[], %(at)b::timestamptz[], %(code)b::int[], %(error)b::text[],
+        %(duration)b::int[]
     ) AS g(id, event_at, until, status, count, next, company_id, at, code, error, duration)
 ), moved AS (
     UPDATE webhook_deliveries AS d
