@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.http_server import ServerProcess as ServerProcess  # noqa: E402
+from tests.http_server import process_env as process_env  # noqa: E402
 from tests.http_server import running_server  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("HEADWATER_BENCH_PG", "postgresql://127.0.0.1:5432/test")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,14 @@ import orjson
 import psycopg
 import urllib3
 
-from bench.common import bench_database, data_tenant, kept_client, production_server, server_env
+from bench.common import (
+    bench_database,
+    data_tenant,
+    kept_client,
+    process_env,
+    production_server,
+    server_env,
+)
 from headwater.ingestion import feed
 
 SCHEMA = {
@@ -243,9 +249,11 @@ def export(
     (started -> completed, as the worker wrote them) and the worker's peak RSS."""
     log = Path(data) / "worker.log"
     with log.open("wb") as out:
+        # the server's environment (`process_env`: its sealing key among it): a node
+        # with another key refuses to start
         worker = subprocess.Popen(
             [sys.executable, "-m", "headwater.cli", "worker"],
-            env=os.environ | env | {"HEADWATER_DATA_DIR": data, "HEADWATER_FILE_WORKERS": "1"},
+            env=process_env(env | {"HEADWATER_DATA_DIR": data, "HEADWATER_FILE_WORKERS": "1"}),
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -254,6 +262,9 @@ def export(
         queued = httpx.post(url + "/platform/v1/exports", json=body, headers=headers).json()
         while True:
             time.sleep(0.5)
+            if worker.poll() is not None:
+                print(log.read_text()[-3000:])
+                raise SystemExit(f"the export's worker stopped (exit status {worker.returncode})")
             answer = kept_client().get(
                 url + f"/platform/v1/exports/{queued['export_id']}", headers=headers
             )
