@@ -110,7 +110,6 @@ def test_a_notify_reaches_a_listener_of_another_database_object(
 ) -> None:
     if backend != "postgresql":
         pytest.skip("NOTIFY is PostgreSQL's")
-    sender, receiver = Database(settings), Database(settings)
     heard: list[tuple[str, str]] = []
     done = threading.Event()
 
@@ -119,7 +118,7 @@ def test_a_notify_reaches_a_listener_of_another_database_object(
             heard.append((topic, key))
             done.set()
 
-    async def listen() -> None:
+    async def listen(sender: Database, receiver: Database) -> None:
         stop = asyncio.Event()
         listener = wakeups.Listener(receiver.connect_listener, wake)
         task = asyncio.create_task(listener.run(stop))
@@ -130,11 +129,8 @@ def test_a_notify_reaches_a_listener_of_another_database_object(
         stop.set()
         await task
 
-    try:
-        asyncio.run(listen())
-    finally:
-        sender.dispose()
-        receiver.dispose()
+    with database(settings) as sender, database(settings) as receiver:
+        asyncio.run(listen(sender, receiver))
     assert heard == [("feed", "cafe")]
 
 
