@@ -229,8 +229,9 @@ def unschedule_earlier_backlogs(settings: Settings) -> None:
 
 
 @pytest.fixture(autouse=True)
-def no_earlier_backlog(settings: Settings) -> None:
-    """Every webhook test starts with no earlier test's delivery in the schedule."""
+def no_earlier_backlog(settings: Settings, client: TestClient) -> None:
+    """Every webhook test starts with no earlier test's delivery in the schedule (on a
+    database migrated by the session's app, `client`: a file run alone may have none)."""
     unschedule_earlier_backlogs(settings)
 
 
