@@ -238,10 +238,10 @@ def _secrets(
 def claim(
     db: Database, box: SecretBox, *, limit: int, per_endpoint: int, lease: timedelta
 ) -> list[Claimed]:
-    """Lease due deliveries (`jobs.lease`): at most `limit`, and never more than
-    `per_endpoint` of one endpoint being attempted at once across every process, so a
-    slow receiver holds only its own slots. Each with its event's body and the
-    endpoint's secrets."""
+    """Lease due deliveries (`jobs.lease`; on PostgreSQL the same in two statements,
+    `_lease_postgresql`): at most `limit`, and never more than `per_endpoint` of one
+    endpoint being attempted at once across every process, so a slow receiver holds
+    only its own slots. Each with its event's body and the endpoint's secrets."""
     now = utcnow()
     with db.read_connection() as connection:
         if not connection.scalar(
