@@ -302,14 +302,14 @@ def test_an_endpoints_slots_hold_under_claims_at_once(
     user.make(6)
     endpoint = _endpoint_of(user)
     runtime = user.runtime
+
+    def claim(start: threading.Barrier) -> list[dispatch.Claimed]:
+        start.wait(timeout=60)
+        return _claim(runtime, endpoint)
+
     with ThreadPoolExecutor(8) as pool:
         for _ in range(3):
             start = threading.Barrier(8)
-
-            def claim(start: threading.Barrier) -> list[dispatch.Claimed]:
-                start.wait(timeout=60)
-                return _claim(runtime, endpoint)
-
             taken = [c for claimed in pool.map(claim, [start] * 8) for c in claimed]
             assert 1 <= len(taken) <= 2
             with runtime.db.read_connection() as connection:
