@@ -45,8 +45,8 @@ def _envelope(runtime: Runtime, address: str, mail: Any) -> Envelope:
     envelope.structure = mime.Structure()  # type: ignore[attr-defined]
     envelope.structure.feed_block(raw)  # type: ignore[attr-defined]
     envelope.sha256 = hashlib.sha256(raw).hexdigest()  # type: ignore[attr-defined]
-    with runtime.db.read_session() as session:
-        to = inboxes.recipient(session, address, domain=DOMAIN, sender="ann@example.com")
+    with runtime.db.read_connection() as connection:
+        to = inboxes.recipient(connection, address, domain=DOMAIN, sender="ann@example.com")
     assert to is not None
     envelope.headwater_recipients = [to]  # type: ignore[attr-defined]
     return envelope
@@ -151,11 +151,11 @@ def test_only_one_of_two_units_of_work_claims_a_message_id(
         to = inboxes.Recipient(row.id, row.company_id, row.client_id, row.dataset_id, row.author_id)
     message_id = f"<{uuid.uuid4()}@example.com>"
     second: list[bool] = []
-    with db.unit_of_work() as session:
-        assert inboxes.claim_message(session, to, message_id)
+    with db.begin() as connection:
+        assert inboxes.claim_message(connection, to, message_id)
 
         def other() -> None:
-            with db.unit_of_work() as later:
+            with db.begin() as later:
                 second.append(inboxes.claim_message(later, to, message_id))
 
         thread = threading.Thread(target=other)
@@ -164,8 +164,8 @@ def test_only_one_of_two_units_of_work_claims_a_message_id(
         assert second == []  # still waiting for the first copy
     thread.join(10)
     assert second == [False]
-    with db.unit_of_work() as session:  # another Message-ID is free
-        assert inboxes.claim_message(session, to, f"<{uuid.uuid4()}@example.com>")
+    with db.begin() as connection:  # another Message-ID is free
+        assert inboxes.claim_message(connection, to, f"<{uuid.uuid4()}@example.com>")
 
 
 @pytest.mark.http

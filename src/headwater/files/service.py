@@ -3,6 +3,7 @@ expire what never arrived, list and re-submit quarantined rows."""
 
 from __future__ import annotations
 
+import functools
 import hmac
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -14,7 +15,8 @@ from urllib.parse import unquote_plus
 
 import anyio.to_thread
 import structlog
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, Insert, insert, select, update
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from headwater import wakeups
@@ -110,7 +112,7 @@ def create_upload_url(
 
 
 def accept_stored(
-    session: Session,
+    connection: Connection | Session,
     caller: Principal,
     *,
     channel: ingestion.Channel,
@@ -125,12 +127,15 @@ def accept_stored(
     etag: str,
 ) -> uuid.UUID:
     """A file a channel (SFTP, email) has stored whole at `key`: its transaction, begun
-    `processing`, and its job, queued as an upload's would be. The caller's unit of work
-    commits them; until it does, the worker sees nothing. 403/404 as for an upload URL."""
-    dataset = ingestion.file_dataset(session, caller, client_id, dataset_id)
+    `processing`, and its job, queued as an upload's would be, in the caller's database
+    transaction; until it commits, the worker sees nothing. 403/404 as for an upload URL.
+    Core statements, not the ORM: every message and every SFTP upload passes here."""
+    if isinstance(connection, Session):
+        connection = connection.connection()
+    dataset = ingestion.file_dataset(connection, caller, client_id, dataset_id)
     now = utcnow_ms()
     transaction_id = ingestion.open_file(
-        session,
+        connection,
         dataset,
         channel=channel,
         author_id=caller.author_id,
@@ -140,26 +145,28 @@ def accept_stored(
         file_size=size,
         uploaded_at=now,
     )
-    session.add(
-        FileUpload(
-            id=file_id,
-            transaction_id=transaction_id,
-            company_id=dataset.company_id,
-            bucket=store.bucket,
-            object_key=key,
-            content_type=content_type,
-            max_bytes=size,
-            state=UPLOADED,
-            etag=etag,
-            size=size,
-            expires_at=now,
-            created_at=now,
-            uploaded_at=now,
-        )
+    connection.execute(
+        insert(FileUpload),
+        [
+            {
+                "id": file_id,
+                "transaction_id": transaction_id,
+                "company_id": dataset.company_id,
+                "bucket": store.bucket,
+                "object_key": key,
+                "content_type": content_type,
+                "max_bytes": size,
+                "state": UPLOADED,
+                "etag": etag,
+                "size": size,
+                "expires_at": now,
+                "created_at": now,
+                "uploaded_at": now,
+            }
+        ],
     )
-    session.flush()
     _queue_job(
-        session.connection(),
+        connection,
         company_id=dataset.company_id,
         file_id=file_id,
         bucket=store.bucket,
@@ -197,6 +204,14 @@ def _mark_uploaded(
     return True
 
 
+@functools.cache
+def _queued(dialect: Dialect) -> Insert:
+    """`_queue_job`'s statement, built once a dialect (values bound at each call)."""
+    return dialect_insert(dialect)(FileJob).on_conflict_do_nothing(  # type: ignore[no-any-return]
+        index_elements=["bucket", "object_key", "etag", "company_id"]
+    )
+
+
 def _queue_job(
     connection: Connection,
     *,
@@ -210,19 +225,18 @@ def _queue_job(
     are woken once it commits."""
     wakeups.mark(connection, "files")
     connection.execute(
-        dialect_insert(connection.dialect)(FileJob)
-        .values(
-            id=uuid.uuid4(),
-            company_id=company_id,
-            file_id=file_id,
-            bucket=bucket,
-            object_key=key,
-            etag=etag,
-            state=QUEUED,
-            attempts=0,
-            created_at=utcnow_ms(),
-        )
-        .on_conflict_do_nothing(index_elements=["bucket", "object_key", "etag", "company_id"])
+        _queued(connection.dialect),
+        {
+            "id": uuid.uuid4(),
+            "company_id": company_id,
+            "file_id": file_id,
+            "bucket": bucket,
+            "object_key": key,
+            "etag": etag,
+            "state": QUEUED,
+            "attempts": 0,
+            "created_at": utcnow_ms(),
+        },
     )
 
 

@@ -142,9 +142,9 @@ class Handler:
         return "250 2.1.5 OK"
 
     def _recipient(self, address: str, sender: str) -> Recipient | None:
-        with self.db.read_session() as session:
+        with self.db.read_connection() as connection:
             return inboxes.recipient(
-                session, address, domain=self.settings.inbound_email_domain, sender=sender
+                connection, address, domain=self.settings.inbound_email_domain, sender=sender
             )
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
@@ -245,8 +245,8 @@ class Handler:
         return len(ids)
 
     def _seen(self, to: Recipient, message_id: str) -> bool:
-        with self.db.read_session() as session:
-            return inboxes.seen(session, to.inbox_id, message_id)
+        with self.db.read_connection() as connection:
+            return inboxes.seen(connection, to.inbox_id, message_id)
 
     def _accept(
         self,
@@ -269,9 +269,9 @@ class Handler:
             )
             for attachment, file_id, key, writer in stored
         ]
-        with self.db.unit_of_work() as session:
+        with self.db.begin() as connection:
             ids = inboxes.accept_message(
-                session,
+                connection,
                 to,
                 message_id=message_id,
                 sender=sender,
@@ -281,8 +281,6 @@ class Handler:
                 store=self.store,
                 replies=self.replies,
             )
-            if ids is None:
-                session.rollback()
         return ids
 
 

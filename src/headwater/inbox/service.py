@@ -3,6 +3,7 @@ message in, and the replies' queue (contract section 12)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 import uuid
@@ -11,12 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, Insert, bindparam, delete, func, insert, select
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from headwater import jobs
 from headwater.config import Settings
-from headwater.db import dialect_insert
+from headwater.db import UTCDateTime, dialect_insert
 from headwater.files import service as files
 from headwater.files.stores import Store
 from headwater.identity import service as identity
@@ -143,13 +145,25 @@ def sender_allowed(allowed: Sequence[str], sender: str) -> bool:
     return any(rule in (sender, domain) for rule in allowed)
 
 
-def recipient(session: Session, address: str, *, domain: str, sender: str) -> Recipient | None:
+_INBOX_AT = select(
+    Inbox.id,
+    Inbox.company_id,
+    Inbox.client_id,
+    Inbox.dataset_id,
+    Inbox.author_id,
+    Inbox.allowed_senders,
+).where(Inbox.local_part == bindparam("local_part"))
+
+
+def recipient(
+    connection: Connection, address: str, *, domain: str, sender: str
+) -> Recipient | None:
     """The inbox at `address` if it exists and takes mail from `sender`; else None (the
     same 550 whichever it is)."""
     local, _, at = address.strip().lower().rpartition("@")
     if at != domain.lower() or not local:
         return None
-    inbox = session.scalars(select(Inbox).where(Inbox.local_part == local)).one_or_none()
+    inbox = connection.execute(_INBOX_AT, {"local_part": local}).first()
     if inbox is None or not sender_allowed(inbox.allowed_senders, sender):
         return None
     return Recipient(inbox.id, inbox.company_id, inbox.client_id, inbox.dataset_id, inbox.author_id)
@@ -159,41 +173,50 @@ def _message_key(message_id: str) -> str:
     return hashlib.sha256(message_id.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def claim_message(session: Session, to: Recipient, message_id: str) -> bool:
+@functools.cache
+def _claim(dialect: Dialect) -> Insert:
+    """`claim_message`'s statement, built once a dialect (values bound at each call)."""
+    table = InboxMessageId.__table__
+    upsert = dialect_insert(dialect)(table)
+    return upsert.on_conflict_do_update(  # type: ignore[no-any-return]
+        index_elements=["inbox_id", "message_key", "company_id"],
+        set_={"received_at": upsert.excluded.received_at},
+        where=table.c.received_at < bindparam("taken_before", type_=UTCDateTime()),
+    ).returning(table.c.inbox_id)
+
+
+def claim_message(connection: Connection, to: Recipient, message_id: str) -> bool:
     """Take this Message-ID for this inbox, unless it was taken within the last 24 h:
     whether this copy is the one to store. The primary key decides between copies that
     arrive at once (on PostgreSQL the second waits for the first's commit, then finds
     its row); the first statement of the message's unit of work, so a repeat stores
     nothing."""
     now = utcnow_ms()
-    table = InboxMessageId.__table__
-    claimed = session.execute(
-        dialect_insert(session.get_bind().dialect)(table)
-        .values(
-            inbox_id=to.inbox_id,
-            company_id=to.company_id,
-            message_key=_message_key(message_id),
-            received_at=now,
-        )
-        .on_conflict_do_update(
-            index_elements=["inbox_id", "message_key", "company_id"],
-            set_={"received_at": now},
-            where=table.c.received_at < now - DEDUPE_WINDOW,
-        )
-        .returning(table.c.inbox_id)
+    claimed = connection.execute(
+        _claim(connection.dialect),
+        {
+            "inbox_id": to.inbox_id,
+            "company_id": to.company_id,
+            "message_key": _message_key(message_id),
+            "received_at": now,
+            "taken_before": now - DEDUPE_WINDOW,
+        },
     )
     return claimed.first() is not None
 
 
-def seen(session: Session, inbox_id: uuid.UUID, message_id: str) -> bool:
+_RECEIVED = select(InboxMessageId.received_at).where(
+    InboxMessageId.inbox_id == bindparam("inbox_id"),
+    InboxMessageId.message_key == bindparam("message_key"),
+)
+
+
+def seen(connection: Connection, inbox_id: uuid.UUID, message_id: str) -> bool:
     """Whether this Message-ID reached this inbox within the last 24 h (a fast answer
     before storing anything; `claim_message` is the one that decides)."""
-    received = session.scalar(
-        select(InboxMessageId.received_at).where(
-            InboxMessageId.inbox_id == inbox_id,
-            InboxMessageId.message_key == _message_key(message_id),
-        )
-    )
+    received = connection.execute(
+        _RECEIVED, {"inbox_id": inbox_id, "message_key": _message_key(message_id)}
+    ).scalar()
     return received is not None and received >= utcnow() - DEDUPE_WINDOW
 
 
@@ -210,7 +233,7 @@ class StoredAttachment:
 
 
 def accept_message(
-    session: Session,
+    connection: Connection,
     to: Recipient,
     *,
     message_id: str,
@@ -221,16 +244,16 @@ def accept_message(
     store: Store,
     replies: bool,
 ) -> list[uuid.UUID] | None:
-    """A message for an inbox, in the caller's unit of work: its Message-ID claimed, each
-    attachment a transaction with a queued job (`files.service.accept_stored`), the
-    message recorded. The transactions made, or None when another copy of the message
-    took its Message-ID first (the caller then rolls back)."""
-    if not claim_message(session, to, message_id):
+    """A message for an inbox, in the caller's database transaction: its Message-ID
+    claimed, each attachment a transaction with a queued job (`files.service.
+    accept_stored`), the message recorded. The transactions made, or None when another
+    copy of the message took its Message-ID first (nothing was then written)."""
+    if not claim_message(connection, to, message_id):
         return None
     caller = to.principal()
     ids = [
         files.accept_stored(
-            session,
+            connection,
             caller,
             channel="email",
             client_id=to.client_id,
@@ -246,7 +269,7 @@ def accept_message(
         for attachment in attachments
     ]
     record_message(
-        session,
+        connection,
         to,
         message_id=message_id,
         sender=sender,
@@ -259,7 +282,7 @@ def accept_message(
 
 
 def record_message(
-    session: Session,
+    connection: Connection,
     to: Recipient,
     *,
     message_id: str,
@@ -271,21 +294,24 @@ def record_message(
 ) -> None:
     """The message, with its reply queued (`pending`) when a relay is configured."""
     now = utcnow_ms()
-    session.add(
-        InboxMessage(
-            id=uuid.uuid4(),
-            inbox_id=to.inbox_id,
-            company_id=to.company_id,
-            message_id=message_id[:998],
-            sender=sender[:320],
-            subject=subject[:998],
-            transaction_ids=[str(t) for t in transaction_ids],
-            ignored=list(ignored),
-            received_at=now,
-            reply_state="pending" if replies else "none",
-            attempts=0,
-            next_attempt_at=now,
-        )
+    connection.execute(
+        insert(InboxMessage),
+        [
+            {
+                "id": uuid.uuid4(),
+                "inbox_id": to.inbox_id,
+                "company_id": to.company_id,
+                "message_id": message_id[:998],
+                "sender": sender[:320],
+                "subject": subject[:998],
+                "transaction_ids": [str(t) for t in transaction_ids],
+                "ignored": list(ignored),
+                "received_at": now,
+                "reply_state": "pending" if replies else "none",
+                "attempts": 0,
+                "next_attempt_at": now,
+            }
+        ],
     )
 
 

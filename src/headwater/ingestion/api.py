@@ -119,11 +119,11 @@ class FileDataset:
 
 
 def file_dataset(
-    session: Session, caller: Principal, client_id: str, dataset_id: str
+    connection: Connection | Session, caller: Principal, client_id: str, dataset_id: str
 ) -> FileDataset:
     """`dataset_for` in one statement without the ORM (the client's state and the
     dataset's, as a push reads them): every file of every door opens with it."""
-    row = repository.target(session.connection(), client_id, dataset_id)
+    row = repository.target(_connection(connection), client_id, dataset_id)
     row = datasets.usable_target(caller, client_id, dataset_id, row)
     return FileDataset(row.id, row.company_id, client_id, dataset_id, row.transform_version)
 
