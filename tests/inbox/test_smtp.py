@@ -7,6 +7,7 @@ import gzip
 import quopri
 import smtplib
 import uuid
+from datetime import timedelta
 from email.message import EmailMessage
 from email.mime.application import MIMEApplication
 from email.mime.multipart import MIMEMultipart
@@ -15,7 +16,10 @@ from email.mime.text import MIMEText
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
+from headwater.inbox.models import InboxMessageId
+from headwater.kit.clock import utcnow
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
 from tests.http_server import Listener
 from tests.inbox.conftest import Sink, create_inbox, message, send
@@ -116,6 +120,35 @@ def test_a_repeated_message_id_is_stored_once(
             ),
         )
     assert len(_email_transactions(mail_tenant)) == 1
+
+
+def test_a_message_id_is_taken_again_after_24_hours(
+    smtp_server: Listener, mail_tenant: FileTenant, inbox: dict[str, Any]
+) -> None:
+    """Within 24 h a repeat stores nothing; once the first copy is 24 h old, the same
+    Message-ID is a new message (its claim is taken again)."""
+    body = (CSV_HEADER + csv_rows(3)).encode()
+    mail = message(
+        inbox["address"], attachments=[("a.csv", "text/csv", body)], message_id="<aged@example.com>"
+    )
+    send(smtp_server.port, mail)
+    db = mail_tenant.client.app.state.runtime.db  # type: ignore[attr-defined]
+    with db.begin() as connection:
+        connection.execute(
+            update(InboxMessageId)
+            .where(InboxMessageId.inbox_id == uuid.UUID(inbox["inbox_id"]))
+            .values(received_at=utcnow() - timedelta(hours=23))
+        )
+    send(smtp_server.port, mail)
+    assert len(_email_transactions(mail_tenant)) == 1
+    with db.begin() as connection:
+        connection.execute(
+            update(InboxMessageId)
+            .where(InboxMessageId.inbox_id == uuid.UUID(inbox["inbox_id"]))
+            .values(received_at=utcnow() - timedelta(hours=24, seconds=1))
+        )
+    send(smtp_server.port, mail)
+    assert len(_email_transactions(mail_tenant)) == 2
 
 
 def _mime_shapes(address: str) -> EmailMessage | MIMEMultipart:
