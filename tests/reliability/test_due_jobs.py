@@ -512,13 +512,15 @@ def _lease_again(db: Any, queue: jobs.Due, ids: Sequence[Any]) -> None:
         connection.execute(text("SELECT pg_stat_force_next_flush()"))
 
 
-def _vacuums(db: Any, queue: jobs.Due) -> int:
-    """How many times the queue's table (its partitions included) was vacuumed by hand."""
+def _vacuums(db: Any, queue: jobs.Due, count: str = "vacuum_count") -> int:
+    """How many times the queue's table (its partitions included) was vacuumed by hand
+    (`count`: or analysed, `analyze_count`)."""
+    assert count in ("vacuum_count", "analyze_count")
     with db.begin() as connection:
         return int(
             connection.scalar(
                 text(
-                    "SELECT coalesce(sum(vacuum_count), 0) FROM pg_stat_user_tables"
+                    f"SELECT coalesce(sum({count}), 0) FROM pg_stat_user_tables"
                     " WHERE relname LIKE :table"
                 ),
                 {"table": queue.model.__tablename__ + "%"},
@@ -529,19 +531,21 @@ def _vacuums(db: Any, queue: jobs.Due) -> int:
 def test_a_queue_table_is_vacuumed_once_enough_of_its_rows_died(user: User) -> None:
     """Leases leave dead rows whose index entries a lease's scan reads past until a
     vacuum (PostgreSQL): `jobs.vacuum` runs one on the queue's table, or the partition
-    holding them, once as many died as it is told, and not again until more die. SQLite
-    has none to run."""
+    holding them, once as many died as it is told, and not again until more die; it
+    analyses the table too (a server without autovacuum never would, and the queue's
+    statements were planned for a table of default size). SQLite has none to run."""
     db, queue = user.runtime.db, user.queue
     if db.engine.dialect.name != "postgresql":
         assert jobs.vacuum(db, [queue], dead=1, share=0) == []
         return
     made = user.make(40)
     _lease_again(db, queue, made)
-    before = _vacuums(db, queue)
+    before, analysed = _vacuums(db, queue), _vacuums(db, queue, "analyze_count")
     assert jobs.vacuum(db, [queue], dead=1000, share=0) == []  # too few died
     [(table, dead)] = jobs.vacuum(db, [queue], dead=40, share=0)
     assert table.startswith("public." + queue.model.__tablename__) and dead >= 40
     assert _vacuums(db, queue) == before + 1
+    assert _vacuums(db, queue, "analyze_count") == analysed + 1
     assert jobs.vacuum(db, [queue], dead=40, share=0) == []  # none died since
     _lease_again(db, queue, made)
     assert [name for name, _ in jobs.vacuum(db, [queue], dead=40, share=0)] == [table]
