@@ -8,8 +8,10 @@ import gzip
 import io
 import threading
 import uuid
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 from starlette.testclient import TestClient
 
 from headwater import worker
@@ -162,6 +164,51 @@ def test_one_file_per_company_at_a_time_while_another_waits(
     assert statuses == ["completed", "processing", "completed"]
     run_worker(client)
     assert big.transaction(tickets[1][1]["transaction_id"])["status"] == "completed"
+
+
+def _loops(plan: dict[str, Any]) -> list[int]:
+    """Every node's `Actual Loops` in an `EXPLAIN (ANALYZE, FORMAT JSON)` plan."""
+    return [plan["Actual Loops"]] + [n for child in plan.get("Plans", []) for n in _loops(child)]
+
+
+def test_a_busy_companys_queued_files_are_passed_over_without_a_probe_each(
+    client: TestClient, admin: dict[str, str]
+) -> None:
+    """With one of a company's files being processed, a claim passes over the rest of
+    its queue. Which companies are busy is read once a claim, not once a queued file:
+    asked a file at a time, a claim of 2,000 queued files of one company took 12.7 s of
+    PostgreSQL (3.6 million index probes) on a table the planner had no statistics for."""
+    big = FileTenant(client, admin, create_company(client, admin, "Big queue"))
+    runtime = _runtime(client)
+    run_worker(client)  # nothing else of this session's is queued
+    for _ in range(12):
+        ticket = big.upload_url()
+        assert big.put(ticket, (CSV_HEADER + csv_rows(1)).encode()).status_code == 200
+    settings = worker.job_settings(runtime.settings)
+    claims: list[tuple[str, Any]] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.startswith("SELECT file_jobs.id"):
+            claims.append((statement, parameters))
+
+    event.listen(runtime.db.engine, "before_cursor_execute", seen)
+    try:
+        first = processing.claim_next(runtime.db, worker="w1", bucket="", settings=settings)
+        assert first is not None
+        assert processing.claim_next(runtime.db, worker="w2", bucket="", settings=settings) is None
+    finally:
+        event.remove(runtime.db.engine, "before_cursor_execute", seen)
+    if runtime.db.engine.dialect.name != "postgresql":
+        return
+    statement, parameters = claims[-1]
+    with runtime.db.engine.connect() as connection:
+        cursor = connection.connection.driver_connection.execute(  # type: ignore[union-attr]
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters
+        )
+        [[[plan]]] = cursor.fetchall()
+        connection.rollback()
+    # the eleven files passed over, each without a look at the company's other files
+    assert max(_loops(plan["Plan"])) == 1, plan
 
 
 def test_a_job_is_handed_back_when_the_process_stops(files: FileTenant) -> None:

@@ -93,20 +93,23 @@ class Tally:
 # --- claiming ---------------------------------------------------------------------------------
 
 
-def _company_busy(fresh_since: Any) -> Any:
-    """True for a job whose company has a file being processed (claimed, not stale):
-    one file per company at a time, so one company's files never take every worker
-    while another company's file waits (contract section 15)."""
-    running, upload = aliased(FileJob), aliased(FileUpload)
-    return (
-        select(running.id)
-        .join(upload, upload.id == running.file_id)
-        .where(
+def _company_busy(bucket: str, fresh_since: Any) -> Any:
+    """True for a job whose company has a file of this store being processed (claimed,
+    not stale): one file per company at a time, so one company's files never take every
+    worker while another company's file waits (contract section 15).
+
+    The busy companies are read once a claim (`NOT IN` a set of the running jobs, which
+    PostgreSQL hashes), not once a queued file: asked for each file in turn (`NOT
+    EXISTS`), a claim among 2,000 queued files of one company took 12.7 s on a table
+    without statistics (3.6 million index probes). The running jobs are found through
+    the store's (bucket, state) index."""
+    running = aliased(FileJob)
+    return FileJob.company_id.in_(
+        select(running.company_id).where(
+            running.bucket == bucket,
             running.state == RUNNING,
             running.claimed_at >= fresh_since,
-            upload.company_id == FileUpload.company_id,
         )
-        .exists()
     )
 
 
@@ -138,7 +141,10 @@ def claim_next(
         stale=settings.stale,
         max_attempts=settings.max_attempts,
         exhausted=exhausted,
-        where=lambda now: [FileJob.bucket == bucket, ~_company_busy(now - settings.stale)],
+        where=lambda now: [
+            FileJob.bucket == bucket,
+            ~_company_busy(bucket, now - settings.stale),
+        ],
         columns=[FileUpload.transaction_id],
         join=(FileUpload, FileUpload.id == FileJob.file_id),
         claimed=lambda connection, row, now: ingestion.started(
