@@ -90,9 +90,10 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def dialect_insert(dialect: Dialect) -> Callable[..., Any]:
-    """The dialect's own INSERT, with ON CONFLICT (PostgreSQL's or SQLite's)."""
-    if dialect.name == "postgresql":
+def dialect_insert(dialect: Dialect | str) -> Callable[..., Any]:
+    """The dialect's (or the dialect named's) own INSERT, with ON CONFLICT (PostgreSQL's
+    or SQLite's)."""
+    if (dialect if isinstance(dialect, str) else dialect.name) == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
 
         return insert

@@ -16,7 +16,6 @@ from urllib.parse import unquote_plus
 import anyio.to_thread
 import structlog
 from sqlalchemy import Connection, Insert, insert, select, update
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from headwater import wakeups
@@ -205,7 +204,7 @@ def _mark_uploaded(
 
 
 @functools.cache
-def _queued(dialect: Dialect) -> Insert:
+def _queued(dialect: str) -> Insert:
     """`_queue_job`'s statement, built once a dialect (values bound at each call)."""
     return dialect_insert(dialect)(FileJob).on_conflict_do_nothing(  # type: ignore[no-any-return]
         index_elements=["bucket", "object_key", "etag", "company_id"]
@@ -225,7 +224,7 @@ def _queue_job(
     are woken once it commits."""
     wakeups.mark(connection, "files")
     connection.execute(
-        _queued(connection.dialect),
+        _queued(connection.dialect.name),
         {
             "id": uuid.uuid4(),
             "company_id": company_id,

@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Insert, bindparam, delete, func, insert, select
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from headwater import jobs
@@ -174,7 +173,7 @@ def _message_key(message_id: str) -> str:
 
 
 @functools.cache
-def _claim(dialect: Dialect) -> Insert:
+def _claim(dialect: str) -> Insert:
     """`claim_message`'s statement, built once a dialect (values bound at each call)."""
     table = InboxMessageId.__table__
     upsert = dialect_insert(dialect)(table)
@@ -193,7 +192,7 @@ def claim_message(connection: Connection, to: Recipient, message_id: str) -> boo
     nothing."""
     now = utcnow_ms()
     claimed = connection.execute(
-        _claim(connection.dialect),
+        _claim(connection.dialect.name),
         {
             "inbox_id": to.inbox_id,
             "company_id": to.company_id,
