@@ -90,6 +90,12 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def core_connection(connection: Connection | Session) -> Connection:
+    """The Core connection of a caller's database transaction, given it or a session:
+    for use cases shared by a Core path and a unit of work."""
+    return connection.connection() if isinstance(connection, Session) else connection
+
+
 def dialect_insert(dialect: Dialect | str) -> Callable[..., Any]:
     """The dialect's (or the dialect named's) own INSERT, with ON CONFLICT (PostgreSQL's
     or SQLite's)."""

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from headwater import wakeups
 from headwater.config import Settings
-from headwater.db import Database, dialect_insert
+from headwater.db import Database, core_connection, dialect_insert
 from headwater.files import parsers
 from headwater.files.errors import (
     BadNotificationSecret,
@@ -129,8 +129,7 @@ def accept_stored(
     `processing`, and its job, queued as an upload's would be, in the caller's database
     transaction; until it commits, the worker sees nothing. 403/404 as for an upload URL.
     Core statements, not the ORM: every message and every SFTP upload passes here."""
-    if isinstance(connection, Session):
-        connection = connection.connection()
+    connection = core_connection(connection)
     dataset = ingestion.file_dataset(connection, caller, client_id, dataset_id)
     now = utcnow_ms()
     transaction_id = ingestion.open_file(

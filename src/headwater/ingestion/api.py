@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
-from headwater.db import Database
+from headwater.db import Database, core_connection
 from headwater.identity.tokens import Principal
 from headwater.ingestion import (
     check,
@@ -123,7 +123,7 @@ def file_dataset(
 ) -> FileDataset:
     """`dataset_for` in one statement without the ORM (the client's state and the
     dataset's, as a push reads them): every file of every door opens with it."""
-    row = repository.target(_connection(connection), client_id, dataset_id)
+    row = repository.target(core_connection(connection), client_id, dataset_id)
     row = datasets.usable_target(caller, client_id, dataset_id, row)
     return FileDataset(row.id, row.company_id, client_id, dataset_id, row.transform_version)
 
@@ -156,7 +156,7 @@ def open_file(
         transform_version=dataset.transform_version or None,
         **columns,
     )
-    lifecycle.begin(_connection(connection), row)
+    lifecycle.begin(core_connection(connection), row)
     return uuid.UUID(str(row["id"]))
 
 
@@ -372,10 +372,6 @@ def file_transaction(session: Session, caller: Principal, transaction_id: uuid.U
     if transaction.kind != "file":
         raise TransactionNotFound(f"Transaction {transaction_id} is not a file transaction.")
     return transaction
-
-
-def _connection(connection: Connection | Session) -> Connection:
-    return connection.connection() if isinstance(connection, Session) else connection
 
 
 # --- data subjects (contract section 17) ----------------------------------------------------
