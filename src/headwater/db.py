@@ -707,6 +707,11 @@ class Database:
         PostgreSQL: autocommit, as one statement is atomic by itself; the BEGIN and
         COMMIT round trips of a transaction are saved. The block must therefore send
         exactly one statement there. SQLite: a transaction, like `begin`.
+
+        The block is SQLAlchemy's transaction even on PostgreSQL (it sends no BEGIN in
+        autocommit): its end is the commit that announces the block's `wakeups` marks,
+        also when its statement went to the driver itself (`driver_execute`), where
+        SQLAlchemy would otherwise see no transaction and the marks went unannounced.
         """
         if self.engine.dialect.name != "postgresql":
             with self.engine.begin() as connection:
@@ -714,7 +719,8 @@ class Database:
             return
         with self.engine.connect() as connection:
             connection.execution_options(isolation_level="AUTOCOMMIT")
-            yield connection
+            with connection.begin():
+                yield connection
 
     @property
     def can_listen(self) -> bool:

@@ -76,6 +76,21 @@ def test_a_unit_of_work_and_a_statement_in_autocommit_announce_after_they_commit
     assert heard == [("erasures", ""), ("events", "")]
 
 
+def test_a_statement_in_autocommit_sent_to_the_driver_itself_is_announced(
+    announced: tuple[Database, list[tuple[str, str]]],
+) -> None:
+    """`Database.atomic` whose one statement goes to the driver past SQLAlchemy (the
+    PostgreSQL sink's `driver_execute`): SQLAlchemy saw no transaction begin, and the
+    marks went with the connection to its pool unannounced."""
+    db, heard = announced
+    with db.atomic() as connection:
+        cursor = connection.connection.cursor()
+        cursor.execute("SELECT 1")
+        cursor.close()
+        wakeups.mark(connection, "feed", "cd34")
+    assert heard == [("feed", "cd34")]
+
+
 def test_closing_while_the_sender_gathers_announcements_stops_it(
     settings: Settings, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,9 +208,12 @@ def _tenant(api: httpx.Client) -> DataTenant:
 
 
 @pytest.mark.http
+@pytest.mark.parametrize("orders", [1, 1000], ids=["small push", "large push"])
 def test_a_waiting_feed_reader_wakes_for_records_another_node_commits(
-    nodes: tuple[ServerProcess, ServerProcess, str], tmp_path: Path
+    nodes: tuple[ServerProcess, ServerProcess, str], tmp_path: Path, orders: int
 ) -> None:
+    """A small push is written in a group on the event loop; a large one (more than
+    `groups.SMALL_BODY`) by itself on a thread, in autocommit."""
     api, _worker, url = nodes
     other = ServerProcess(
         api.env | {"HEADWATER_DATA_DIR": str(tmp_path / "other")},
@@ -213,7 +231,12 @@ def test_a_waiting_feed_reader_wakes_for_records_another_node_commits(
                 asked = time.monotonic()
                 answer = reader.get(
                     "/platform/v1/data/changes",
-                    params={"client_id": tenant.client_id, "dataset_id": "orders", "wait": 30},
+                    params={
+                        "client_id": tenant.client_id,
+                        "dataset_id": "orders",
+                        "wait": 30,
+                        "limit": 1000,
+                    },
                     headers=tenant.headers,
                 )
                 page.update(answer.json(), waited=time.monotonic() - asked)
@@ -224,14 +247,16 @@ def test_a_waiting_feed_reader_wakes_for_records_another_node_commits(
             with httpx.Client(base_url=other.url, timeout=60) as writer:
                 pushed = writer.post(
                     "/platform/v1/data/json",
-                    json=tenant.envelope(order(7)),
+                    json=tenant.envelope([order(7 + n) for n in range(orders)]),
                     headers=tenant.headers,
                 )
             assert pushed.status_code == 200, pushed.text
             waiting.join(60)
         finally:
             other.stop()
-    assert [record["data"]["order_id"] for record in page["data"]] == [order(7)["order_id"]]
+    assert [record["data"]["order_id"] for record in page["data"]] == [
+        order(7 + n)["order_id"] for n in range(orders)
+    ]
     # woken, not at the end of its wait (30 s, the reader's node's poll too: only a
     # wake-up from the other node could end it sooner)
     assert page["waited"] < 15
