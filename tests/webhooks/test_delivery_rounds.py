@@ -1,5 +1,6 @@
 """The delivery loop's rounds (webhooks/sender.py): events committed while a round runs
-start another at once, and a stream of commits starts at most one every `WAKE_GAP`."""
+start another at once, and a stream of commits starts at most one every `WAKE_GAP`,
+spaced further while rounds find nothing (up to `MAX_WAKE_GAP`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from headwater.config import Settings
 from headwater.webhooks import dispatch, sender
-from headwater.webhooks.sender import WAKE_GAP, Deliverer
+from headwater.webhooks.sender import MAX_WAKE_GAP, WAKE_GAP, Deliverer
 
 
 def rounds(
@@ -21,12 +22,14 @@ def rounds(
     wake_while_idle: bool = False,
     free: bool = False,
     heard: bool = False,
+    finds: frozenset[int] = frozenset(),
 ) -> list[float]:
-    """When each of `count` rounds of a delivery loop that never finds work began (its
-    poll far beyond the test): each round announces events committed while it runs
-    (or, with `free`, an attempt ending: a slot freed); with `wake_while_idle`, events
-    are announced every millisecond besides; with `heard`, the poll is stretched as where
-    wake-ups are heard."""
+    """When each of `count` rounds of a delivery loop began (its poll far beyond the
+    test); the rounds numbered in `finds` (from 0) find work short of a full round, the
+    others none: each round announces events committed while it runs (or, with `free`,
+    an attempt ending: a slot freed); with `wake_while_idle`, events are announced every
+    millisecond besides; with `heard`, the poll is stretched as where wake-ups are
+    heard."""
     # no database: the rounds are the test's own
     deliverer = Deliverer(
         None,  # type: ignore[arg-type]
@@ -39,12 +42,12 @@ def rounds(
     async def run() -> None:
         stop = asyncio.Event()
 
-        async def step() -> bool:
+        async def step() -> tuple[bool, bool]:
             began.append(time.monotonic())
             (deliverer.freed if free else deliverer.ready).set()  # after this round's look
             if len(began) == count:
                 stop.set()
-            return False
+            return False, len(began) - 1 in finds
 
         async def commit_forever() -> None:
             while True:
@@ -73,6 +76,32 @@ def test_events_committed_during_a_round_start_the_next_one(settings: Settings) 
 def test_a_stream_of_commits_starts_a_round_at_most_every_wake_gap(settings: Settings) -> None:
     began = rounds(settings, 5, wake_while_idle=True)
     assert all(b - a >= WAKE_GAP for a, b in itertools.pairwise(began))
+
+
+def test_rounds_that_find_nothing_space_the_next_ones_out_until_one_finds_work(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a stream of pushes of companies without endpoints (each commit a wake-up),
+    every round finds nothing: the gap doubles up to `MAX_WAKE_GAP`; a round that finds
+    work brings it back to `WAKE_GAP`."""
+    monkeypatch.setattr(sender, "WAKE_GAP", 0.01)
+    monkeypatch.setattr(sender, "MAX_WAKE_GAP", 0.08)
+    used: list[float] = []
+    idle = Deliverer._idle
+
+    async def recorded(deliverer: Deliverer, stop: asyncio.Event, began: float) -> None:
+        used.append(deliverer.gap)
+        await idle(deliverer, stop, began)
+
+    monkeypatch.setattr(Deliverer, "_idle", recorded)
+    began = rounds(settings, 9, wake_while_idle=True, finds=frozenset({5}))
+    # the gap after each round (the last one's too, cut short by the stop)
+    assert used == [0.01, 0.02, 0.04, 0.08, 0.08, 0.01, 0.02, 0.04, 0.08]
+    assert all(b - a >= gap for (a, b), gap in zip(itertools.pairwise(began), used, strict=False))
+
+
+def test_the_longest_gap_is_a_fraction_of_a_second() -> None:
+    assert WAKE_GAP < MAX_WAKE_GAP <= 0.5  # a delivery's p99 after its commit: 1 s
 
 
 def test_a_freed_slot_starts_the_next_round_without_waiting_for_the_gap(
