@@ -23,13 +23,14 @@ def rounds(
     free: bool = False,
     heard: bool = False,
     finds: frozenset[int] = frozenset(),
+    attempting: bool = False,
 ) -> list[float]:
     """When each of `count` rounds of a delivery loop began (its poll far beyond the
     test); the rounds numbered in `finds` (from 0) find work short of a full round, the
     others none: each round announces events committed while it runs (or, with `free`,
     an attempt ending: a slot freed); with `wake_while_idle`, events are announced every
     millisecond besides; with `heard`, the poll is stretched as where wake-ups are
-    heard."""
+    heard; with `attempting`, an attempt is running (a long one) all the while."""
     # no database: the rounds are the test's own
     deliverer = Deliverer(
         None,  # type: ignore[arg-type]
@@ -47,6 +48,7 @@ def rounds(
             (deliverer.freed if free else deliverer.ready).set()  # after this round's look
             if len(began) == count:
                 stop.set()
+                deliverer.tasks.clear()  # the attempt's end is the test's, not a hand-back
             return False, len(began) - 1 in finds
 
         async def commit_forever() -> None:
@@ -55,15 +57,36 @@ def rounds(
                 deliverer.ready.set()
 
         deliverer._step = step  # type: ignore[method-assign]
+        attempt = asyncio.create_task(asyncio.sleep(300)) if attempting else None
+        if attempt is not None:
+            deliverer.tasks[attempt] = None  # type: ignore[assignment]
         stream = asyncio.create_task(commit_forever()) if wake_while_idle else None
         try:
             await asyncio.wait_for(deliverer.run(stop), timeout=60)
         finally:
             if stream is not None:
                 stream.cancel()
+            if attempt is not None:
+                attempt.cancel()
 
     asyncio.run(run())
     return began
+
+
+def gaps_used(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The gap each idle wait of the rounds to come uses, in order (a `WAKE_GAP` of
+    10 ms and a `MAX_WAKE_GAP` of 80 ms)."""
+    monkeypatch.setattr(sender, "WAKE_GAP", 0.01)
+    monkeypatch.setattr(sender, "MAX_WAKE_GAP", 0.08)
+    used: list[float] = []
+    idle = Deliverer._idle
+
+    async def recorded(deliverer: Deliverer, stop: asyncio.Event, began: float) -> None:
+        used.append(deliverer.gap)
+        await idle(deliverer, stop, began)
+
+    monkeypatch.setattr(Deliverer, "_idle", recorded)
+    return used
 
 
 def test_events_committed_during_a_round_start_the_next_one(settings: Settings) -> None:
@@ -83,21 +106,37 @@ def test_rounds_that_find_nothing_space_the_next_ones_out_until_one_finds_work(
 ) -> None:
     """Under a stream of pushes of companies without endpoints (each commit a wake-up),
     every round finds nothing: the gap doubles up to `MAX_WAKE_GAP`; a round that finds
-    work brings it back to `WAKE_GAP`."""
-    monkeypatch.setattr(sender, "WAKE_GAP", 0.01)
-    monkeypatch.setattr(sender, "MAX_WAKE_GAP", 0.08)
-    used: list[float] = []
-    idle = Deliverer._idle
-
-    async def recorded(deliverer: Deliverer, stop: asyncio.Event, began: float) -> None:
-        used.append(deliverer.gap)
-        await idle(deliverer, stop, began)
-
-    monkeypatch.setattr(Deliverer, "_idle", recorded)
+    work brings it back to `WAKE_GAP`, and the empty round after it (its work drained)
+    keeps it there."""
+    used = gaps_used(monkeypatch)
     began = rounds(settings, 9, wake_while_idle=True, finds=frozenset({5}))
     # the gap after each round (the last one's too, cut short by the stop)
-    assert used == [0.01, 0.02, 0.04, 0.08, 0.08, 0.01, 0.02, 0.04, 0.08]
+    assert used == [0.01, 0.02, 0.04, 0.08, 0.08, 0.01, 0.01, 0.01, 0.02]
     assert all(b - a >= gap for (a, b), gap in zip(itertools.pairwise(began), used, strict=False))
+
+
+def test_rounds_with_an_attempt_in_hand_keep_the_shortest_gap(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While deliveries are attempted, a round may lease nothing (no room) and sequence
+    nothing, yet events committed then must be sequenced as soon as ever: doubling the
+    gap there took the healthy endpoints' commit-to-arrival p50 from 50 to 115 ms
+    (`bench.webhooks` part (2))."""
+    used = gaps_used(monkeypatch)
+    rounds(settings, 5, wake_while_idle=True, attempting=True)
+    assert used[:4] == [0.01] * 4
+
+
+def test_a_companys_pushes_each_followed_by_an_empty_round_keep_the_shortest_gap(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pushes of a company with endpoints a few tenths of a second apart: each wakes a
+    round that finds its events, then a round finds them drained. Were the drained round
+    a miss, the gap would double before each push (commit to arrival p50 100-120 ms in
+    `bench.webhooks` part (2), against 50 ms)."""
+    used = gaps_used(monkeypatch)
+    rounds(settings, 8, wake_while_idle=True, finds=frozenset({0, 2, 4, 6}))
+    assert used == [0.01] * 8
 
 
 def test_the_longest_gap_is_a_fraction_of_a_second() -> None:
