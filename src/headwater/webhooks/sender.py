@@ -130,7 +130,7 @@ class Deliverer:
         self.outcomes: asyncio.Queue[tuple[Claimed, Outcome]] = asyncio.Queue()
         self._gauge_at = 0.0
         # the least time from a round's start to the next's after a round that found
-        # nothing (`WAKE_GAP`, doubled while rounds find nothing)
+        # nothing: `WAKE_GAP`, doubled after each empty round that follows another
         self.gap = WAKE_GAP
         self._was_empty = True  # the last round found nothing, with no attempt in hand
 
