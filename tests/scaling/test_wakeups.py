@@ -87,6 +87,9 @@ def test_a_statement_in_autocommit_sent_to_the_driver_itself_is_announced(
         cursor = connection.connection.cursor()
         cursor.execute("SELECT 1")
         cursor.close()
+        driver = connection.connection.driver_connection
+        if isinstance(driver, psycopg.Connection):  # in autocommit still: no BEGIN sent
+            assert driver.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         wakeups.mark(connection, "feed", "cd34")
     assert heard == [("feed", "cd34")]
 
