@@ -194,11 +194,19 @@ def kill_at(step: str, settings: Settings) -> None:
     assert doomed.returncode == -signal.SIGKILL, doomed.stderr
 
 
-def take_over(make_client: Callable[..., TestClient]) -> None:
-    """A fresh worker runs the dead one's job once its claim is stale."""
+def take_over(make_client: Callable[..., TestClient], runtime: Runtime, transaction: str) -> None:
+    """A fresh worker runs the dead one's job (the transaction's) once its claim is stale.
+
+    Until that job is no longer the dead worker's: the fresh worker may first run
+    another job left in the worker's database by an earlier test (its claim stale at
+    0.2 s) while the dead one's claim is still fresh, and stop there (a failure at
+    load: the job still `running` under `doomed`)."""
     fresh = make_client(file_job_stale_seconds=0.2)
     deadline = time.monotonic() + 30
-    while not run_worker(fresh):
+    while True:
+        run_worker(fresh)
+        if job_of(runtime, transaction)[2] != "doomed":
+            return
         assert time.monotonic() < deadline, "the job was never taken over"
         time.sleep(0.2)
 
@@ -225,7 +233,7 @@ def test_a_worker_killed_at_any_step_shows_nothing_or_everything_once(
         assert file_tenant.transaction(transaction_id)["status"] == "processing"
         assert shown(file_tenant, transaction_id) == (0, 0)
         assert (stored(runtime, transaction_id)[0] > 0) == (step in ("staged", "end"))
-        take_over(make_client)
+        take_over(make_client, runtime, transaction_id)
         assert job_of(runtime, transaction_id) == ("done", 2, "test-worker")
     done = file_tenant.transaction(transaction_id)
     assert (done["status"], done["records_accepted"]) == ("completed", rows)
@@ -374,7 +382,7 @@ def test_a_killed_workers_dedupe_claims_go_with_its_staged_records(
     rows = 9_000
     transaction_id = uploaded(file_tenant, rows)
     kill_at(step, settings)
-    take_over(make_client)
+    take_over(make_client, _runtime(file_tenant.client), transaction_id)
     done = file_tenant.transaction(transaction_id)
     assert (done["status"], done["records_accepted"], done["records_duplicates"]) == (
         "completed",
