@@ -176,15 +176,13 @@ class Deliverer:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), timeout=UNAVAILABLE_PAUSE)
                     continue
-                empty = not (found or self.tasks or self.queued)
+                empty = not (found or self.tasks or self.queued)  # a full round found work
                 if not empty:
                     self.gap = WAKE_GAP
-                if busy:
-                    self._was_empty = False
-                    continue
-                await self._idle(stop, began)
-                if empty and self._was_empty:
-                    self.gap = min(self.gap * 2, MAX_WAKE_GAP)
+                if not busy:
+                    await self._idle(stop, began)
+                    if empty and self._was_empty:
+                        self.gap = min(self.gap * 2, MAX_WAKE_GAP)
                 self._was_empty = empty
         finally:
             self.stopping = True  # no queued delivery starts now: they are handed back
