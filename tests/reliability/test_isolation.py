@@ -406,16 +406,17 @@ def _comparable(response: Any, ids: dict[str, str]) -> tuple[int, str]:
 
 
 @pytest.fixture
-def a_and_b(client: TestClient, admin: dict[str, str]) -> tuple[Company, Company]:
-    return company_pair(client, admin)
+def fresh(client: TestClient, admin: dict[str, str]) -> Company:
+    """A company of its own, for a test whose checks count what the company holds."""
+    return Company(client, admin, f"A {uuid.uuid4().hex[:6]}")
 
 
 @pytest.fixture(scope="module")
-def matrix_pair(client: TestClient) -> tuple[Company, Company]:
-    """A and B for the matrix's rows, made once for this file: each row checks that B's
-    call answered as for a missing resource and left A's resources as they were, so a
-    row that changed them fails there. A pair for each of some 130 rows was a sixth of
-    the in-process step's time in this file (0.2 s of CPU a pair)."""
+def a_and_b(client: TestClient) -> tuple[Company, Company]:
+    """A and B, made once for this file: its tests check what B is refused or never
+    shown, and that A's resources stay as they were (each matrix row checks it), so a
+    test that changed them fails there. A pair for each of some 170 tests was the
+    largest set-up of the in-process step (0.9 s a pair at load, 60 s in all)."""
     return company_pair(client, auth(get_token(client, OPERATOR_ID, OPERATOR_SECRET)))
 
 
@@ -438,9 +439,9 @@ def test_the_matrix_covers_every_operation(client: TestClient) -> None:
 
 @pytest.mark.parametrize("row", MATRIX, ids=lambda row: f"{row.method} {row.operation}")
 def test_another_company_gets_what_a_missing_resource_gets(
-    client: TestClient, matrix_pair: tuple[Company, Company], row: Row
+    client: TestClient, a_and_b: tuple[Company, Company], row: Row
 ) -> None:
-    a, b = matrix_pair
+    a, b = a_and_b
     before = (
         client.get(f"/app/v1/workflow_categories/{a.category}", headers=a.headers).json(),
         client.get(f"/platform/v1/transactions/{a.file}", headers=a.headers).json(),
@@ -563,10 +564,8 @@ SQL_METACHARACTERS = [
 
 
 @pytest.mark.parametrize("text", SQL_METACHARACTERS)
-def test_sql_metacharacters_are_only_text(
-    client: TestClient, a_and_b: tuple[Company, Company], text: str
-) -> None:
-    a, _ = a_and_b
+def test_sql_metacharacters_are_only_text(client: TestClient, fresh: Company, text: str) -> None:
+    a = fresh
     for params in ({"name": text}, {"description": text}):
         listed = client.get("/app/v1/workflow_categories", params=params, headers=a.headers)
         assert listed.status_code in (200, 400), listed.text
