@@ -116,6 +116,36 @@ def _operations(url: str) -> list[Any]:
     return [result.ok() for result in loaded.get_all_operations()]
 
 
+# A string parameter's constraint that no request can break where the parameter lies: a
+# NUL cannot be sent in a URL's path or in a header. What else a schema may say of it.
+NO_NUL = "^[^\\u0000]*$"
+WORDS = {"description", "title", "examples", "example"}
+
+
+def _negatable(operation: Any) -> bool:
+    """Whether the description forbids anything that can be sent to the operation: a
+    body, a query, or a path or header parameter with a constraint beyond a NUL-free
+    string. Without, Hypothesis searched 1.4-2.3 s of CPU for a negative case before
+    giving up (`Unsatisfiable`), for 7 operations a run."""
+    raw = operation.definition.raw
+    if "requestBody" in raw:
+        return True
+    for parameter in raw.get("parameters", []):
+        if parameter.get("in") not in ("path", "header"):
+            return True
+        schema = parameter.get("schema", {})
+        strings = schema.get("anyOf", [schema])
+        for alternative in strings:
+            if alternative.get("type") == "null" and len(strings) > 1:
+                continue
+            rest = set(alternative) - WORDS - {"type", "pattern"}
+            if alternative.get("type") != "string" or rest:
+                return True
+            if alternative.get("pattern", NO_NUL) != NO_NUL:
+                return True
+    return False
+
+
 def _fuzzer(
     operation: Any, headers: dict[str, str], counter: list[int], mode: GenerationMode
 ) -> Any:
@@ -146,20 +176,30 @@ def test_every_operation_answers_as_documented(fuzz_target: dict[str, Any]) -> N
     failures: dict[str, str] = {}
     counter = [0]
     unsatisfiable = 0
+    skipped: list[str] = []
     for operation in operations:
         path: str = operation.path
         headers = fuzz_target["admin"] if path.startswith("/admin/") else fuzz_target["company"]
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        modes = [GenerationMode.POSITIVE]
+        if _negatable(operation):
+            modes.append(GenerationMode.NEGATIVE)
+        else:
+            skipped.append(f"{operation.method.upper()} {path}")
+        for mode in modes:
             try:
                 _fuzzer(operation, headers, counter, mode)()
             except Unsatisfiable:
-                # nothing can be sent that the description forbids (no parameters, or
-                # only a free-form path parameter): no negative case to try
+                # nothing can be sent that the description forbids, though `_negatable`
+                # saw a constraint: no negative case to try
                 assert mode is GenerationMode.NEGATIVE, operation.path
                 unsatisfiable += 1
             except Exception as exc:  # every operation runs; failures are reported together
                 failures[f"{operation.method.upper()} {path} ({mode.value})"] = str(exc)[:2000]
-    print(f"fuzzed {len(operations)} operations with {counter[0]} generated requests")
+    print(
+        f"fuzzed {len(operations)} operations with {counter[0]} generated requests; "
+        f"nothing to negate in {skipped}, found so in {unsatisfiable} more"
+    )
     assert not failures, "\n\n".join(f"{k}:\n{v}" for k, v in failures.items())
-    assert unsatisfiable < len(operations) / 4  # most operations had negative cases
+    # most operations had negative cases
+    assert len(skipped) + unsatisfiable < len(operations) / 4
     assert counter[0] >= len(operations) * 3
