@@ -40,6 +40,10 @@ class FaultyProxy:
             self.faults.append(Fault(kind, prefix, times))
 
     def close(self) -> None:
+        # shut down first: a thread blocked in accept() on a socket only closed goes on
+        # accepting, and would then proxy a late connection to a server stopped since
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
 
     def _take(self, chunk: bytes) -> str | None:
@@ -61,7 +65,11 @@ class FaultyProxy:
 
     def _serve(self, downstream: socket.socket) -> None:
         assert self.upstream is not None
-        upstream = socket.create_connection(self.upstream)
+        try:
+            upstream = socket.create_connection(self.upstream)
+        except OSError:  # the server is gone: the client sees its connection closed
+            downstream.close()
+            return
         cut = threading.Event()  # the answer to the current request is to be dropped
 
         def close_both() -> None:
