@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     s3_secret_access_key: SecretStr | None = None
     storage_notification_secret: SecretStr | None = None
     file_batch_rows: int = Field(5000, ge=1, le=100_000)
+    # how long a file's staging transaction stays open before it commits (PostgreSQL;
+    # contract section 10 allows 10 s); default `files.processing.HOLD_SECONDS`
+    file_commit_seconds: float | None = Field(None, ge=0, le=10)
     file_workers: int = Field(2, ge=0, le=64)
     file_poll_seconds: float = Field(1.0, gt=0)
     file_job_stale_seconds: float = Field(60.0, gt=0)

@@ -408,6 +408,7 @@ def job_settings(settings: Settings) -> processing.JobSettings:
         max_attempts=settings.file_job_max_attempts,
         max_depth=settings.max_json_depth,
         max_expanded=settings.max_expanded_bytes or 4 * settings.max_file_bytes,
+        hold=settings.file_commit_seconds,
     )
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from headwater.files import processing
 from tests.factories import assert_problem
@@ -51,18 +53,20 @@ def test_a_bad_wait_is_400(file_tenant: FileTenant, wait: str) -> None:
 
 
 def test_records_processed_grows_while_a_file_is_processing(
-    file_tenant: FileTenant, monkeypatch: pytest.MonkeyPatch
+    file_tenant: FileTenant,
+    make_client: Callable[..., TestClient],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On both databases: a file is processed in short database transactions, and its
-    progress is written in them."""
+    progress is written in them (on PostgreSQL every `HEADWATER_FILE_COMMIT_SECONDS`)."""
     monkeypatch.setattr(processing, "PROGRESS_SECONDS", 0.05)
-    monkeypatch.setattr(processing, "HOLD_SECONDS", 0.05)  # PostgreSQL's commits
-    run_worker(file_tenant.client)
+    working = make_client(file_commit_seconds=0.05)
+    run_worker(working)
     ticket = file_tenant.upload_url()
     body = (CSV_HEADER + csv_rows(60_000)).encode()
     assert file_tenant.put(ticket, body).status_code == 200
     seen: list[int] = []
-    worker = threading.Thread(target=run_worker, args=(file_tenant.client,))
+    worker = threading.Thread(target=run_worker, args=(working,))
     worker.start()
     while worker.is_alive():
         view = _get(file_tenant, ticket["transaction_id"]).json()

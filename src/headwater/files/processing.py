@@ -47,6 +47,7 @@ class JobSettings:
     max_attempts: int
     max_depth: int
     max_expanded: int
+    hold: float | None = None  # a staging transaction's time open; None: HOLD_SECONDS
 
 
 class Tally:
@@ -276,7 +277,7 @@ def run_job(
             _missing(connection, job_id, target.transaction_id)
         return True
     tally = Tally()
-    stager = _Stager(db, target, lambda c: _own(c, job_id, worker), tally)
+    stager = _Stager(db, target, lambda c: _own(c, job_id, worker), tally, hold=settings.hold)
     file = _File(stager, target, tally, batch_rows=settings.batch_rows)
     try:
         with stream:
@@ -375,7 +376,8 @@ Batch = tuple[ingestion.Kept | None, list[dict[str, Any]], int | None]
 class _Stager:
     """A file's batches written to the database, on the writer thread, in short database
     transactions: each renews the job's claim first (`own`; `Lost` if it is gone), and
-    commits once it has been open `hold` seconds. SQLite has one writer: there every batch
+    commits once it has been open `hold` seconds (`HOLD_SECONDS` unless the settings say).
+    SQLite has one writer: there every batch
     commits, and before the next one begins, writers waiting for the lock go first
     (`Database.give_way`). The file's last batch and its end share one transaction
     (`end`): the one still open, if any."""
@@ -386,12 +388,17 @@ class _Stager:
         target: ingestion.FileTarget,
         own: Callable[[Connection], bool],
         tally: Tally,
+        *,
+        hold: float | None = None,
     ) -> None:
         self.db = db
         self.tally = tally
         self.target = target
         self.own = own
-        self.hold = 0.0 if db.engine.dialect.name == "sqlite" else HOLD_SECONDS
+        if db.engine.dialect.name == "sqlite":
+            self.hold = 0.0
+        else:
+            self.hold = HOLD_SECONDS if hold is None else hold
         self._connection: Connection | None = None
         self._began = 0.0
         self._marked = False
