@@ -151,8 +151,9 @@ def worker_inside_file(
 # A file long enough to be caught mid-way: on an idle machine a worker read 150,000 rows
 # in little more than a second, and its first batch is seen committed within 0.1 s
 # (`worker_inside_file`). With PostgreSQL's default commits a second apart it took
-# 450,000 there (CI saw 150,000 completed before the test looked): 300,000 more rows read
-# twice over (the killed run's part, the whole file again) in each PostgreSQL test.
+# 450,000 there (CI saw 150,000 completed before the test looked): 300,000 more rows for
+# the run after the kill to read, in each PostgreSQL test, and a second of reading before
+# the kill instead of a tenth.
 MID_FILE_ROWS = 150_000
 
 
