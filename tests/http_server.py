@@ -49,9 +49,6 @@ def start_server(argv: Sequence[str], **popen: Any) -> preloaded.Process:
     return preloaded.launch(argv, **popen)
 
 
-SERVERS = {"serve", "worker", "sftp", "smtp"}
-
-
 def _migrated_if_new(argv: Sequence[str], popen: dict[str, Any]) -> None:
     """A server process's new SQLite database, a copy of one migrated once in this pytest
     process: each server started on a new data directory migrated it from nothing (27
@@ -60,7 +57,7 @@ def _migrated_if_new(argv: Sequence[str], popen: dict[str, Any]) -> None:
     test_instances.py`) and by `headwater db upgrade` (`tests/scaling/test_tenant_keys.py`),
     which this leaves alone, as it does a data directory that holds a database already."""
     env = popen.get("env") or os.environ
-    if list(argv[1:3]) != ["-m", "headwater.cli"] or len(argv) < 4 or argv[3] not in SERVERS:
+    if not preloaded.is_server(argv):
         return
     if env.get("HEADWATER_DATABASE_URL") or not env.get("HEADWATER_DATA_DIR"):
         return

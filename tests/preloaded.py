@@ -50,6 +50,11 @@ _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(_PRELOAD)
 
 
+def is_server(argv: Sequence[str]) -> bool:
+    """Whether `argv` is `python -m headwater.cli` of a long-running process."""
+    return list(argv[1:3]) == ["-m", "headwater.cli"] and len(argv) >= 4 and argv[3] in _COMMANDS
+
+
 class Forked:
     """A forked server process, with the part of `subprocess.Popen` the tests use."""
 
@@ -114,7 +119,7 @@ def run_command(
 
 def forkable(argv: Sequence[str], popen: dict[str, Any]) -> list[str] | None:
     """The command's arguments when it may be forked, else None."""
-    if list(argv[1:3]) != ["-m", "headwater.cli"] or len(argv) < 4 or argv[3] not in _COMMANDS:
+    if not is_server(argv):
         return None
     if set(popen) - {"env", "cwd", "stdout", "stderr"} or popen.get("stderr") != subprocess.STDOUT:
         return None
