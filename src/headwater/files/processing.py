@@ -377,10 +377,9 @@ class _Stager:
     """A file's batches written to the database, on the writer thread, in short database
     transactions: each renews the job's claim first (`own`; `Lost` if it is gone), and
     commits once it has been open `hold` seconds (`HOLD_SECONDS` unless the settings say).
-    SQLite has one writer: there every batch
-    commits, and before the next one begins, writers waiting for the lock go first
-    (`Database.give_way`). The file's last batch and its end share one transaction
-    (`end`): the one still open, if any."""
+    SQLite has one writer: there every batch commits, and before the next one begins,
+    writers waiting for the lock go first (`Database.give_way`). The file's last batch
+    and its end share one transaction (`end`): the one still open, if any."""
 
     def __init__(
         self,
