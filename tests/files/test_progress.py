@@ -9,9 +9,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from starlette.testclient import TestClient
 
+from headwater.config import Settings
 from headwater.files import processing
+from headwater.worker import job_settings
 from tests.factories import assert_problem
 from tests.files.conftest import CSV_HEADER, FileTenant, csv_rows, run_worker
 
@@ -79,3 +82,15 @@ def test_records_processed_grows_while_a_file_is_processing(
     final = _get(file_tenant, ticket["transaction_id"]).json()
     assert final["status"] == "completed"
     assert final["records_processed"] == 60_000
+
+
+@pytest.mark.parametrize("seconds", [-0.1, 10.5])
+def test_a_commit_time_out_of_bounds_is_refused(seconds: float) -> None:
+    """At most the 10 s contract section 10 allows a file's transaction to stay open."""
+    with pytest.raises(ValidationError, match="file_commit_seconds"):
+        Settings(file_commit_seconds=seconds)
+
+
+def test_the_commit_time_reaches_the_file_jobs() -> None:
+    assert job_settings(Settings(file_commit_seconds=0.25)).hold == 0.25
+    assert job_settings(Settings()).hold is None  # processing.HOLD_SECONDS, 1 s
